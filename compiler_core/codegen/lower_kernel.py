@@ -1,0 +1,311 @@
+"""Loop-nest IR (ir/loops.py) -> one LLVM function per kernel, through llvmlite.ir."""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from ..ir import loops as L
+
+PTR = ir.PointerType()
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+# No nnan/ninf/arcp: IsNaN, Max with NaN and exact division must keep IEEE meaning;
+# reassoc lets LLVM vectorize reductions, contract lets it form FMAs.
+FLAGS = ("reassoc", "contract", "nsz")
+
+_LLVM_TYPES = {
+    "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
+    "int8": I8, "uint8": I8, "int16": ir.IntType(16), "uint16": ir.IntType(16),
+    "int32": I32, "uint32": I32, "int64": I64, "uint64": I64, "bool": I1,
+}
+_SUFFIX = {"float16": "f16", "float32": "f32", "float64": "f64"}
+# libm has no llvm intrinsic for these (or the intrinsic would expand to the same call).
+_LIBM = {"tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf"}
+_INTRINSIC = {"sqrt", "exp", "log", "sin", "cos", "floor", "ceil", "fabs", "roundeven", "pow",
+              "minimum", "maximum", "trunc", "copysign"}
+
+
+def llvm_type(dtype) -> ir.Type:
+    name = np.dtype(dtype).name
+    if name not in _LLVM_TYPES:
+        raise TypeError(f"dtype {name} is not supported by code generation")
+    return _LLVM_TYPES[name]
+
+
+def mem_type(dtype) -> ir.Type:
+    """Booleans are one byte in memory, i1 in registers."""
+    return I8 if np.dtype(dtype) == np.bool_ else llvm_type(dtype)
+
+
+def is_float(dtype) -> bool:
+    return np.dtype(dtype).kind == "f"
+
+
+def is_unsigned(dtype) -> bool:
+    return np.dtype(dtype).kind in "ub"
+
+
+class KernelLowering:
+    def __init__(self, module: ir.Module, kernel: L.Kernel):
+        self.module = module
+        self.kernel = kernel
+        fnty = ir.FunctionType(ir.VoidType(), [PTR] * len(kernel.params))
+        self.fn = ir.Function(module, fnty, name=kernel.name)
+        self.fn.linkage = "internal"
+        self.fn.attributes.add("nounwind")
+        for arg in self.fn.args:
+            arg.add_attribute("noalias")
+        self.ptrs = dict(zip((id(b) for b in kernel.params), self.fn.args))
+        entry = self.fn.append_basic_block("entry")
+        self.alloca_builder = ir.IRBuilder(entry)
+        body = self.fn.append_basic_block("body")
+        self.b = ir.IRBuilder(body)
+        self.vars: dict[int, ir.Value] = {}
+        self.locals: dict[int, ir.Value] = {}
+
+    def lower(self) -> ir.Function:
+        self.stmts(self.kernel.body)
+        self.b.ret_void()
+        self.alloca_builder.branch(self.fn.blocks[1])
+        return self.fn
+
+    # ------------------------------------------------------------ statements
+    def stmts(self, body):
+        for s in body:
+            getattr(self, "s_" + type(s).__name__)(s)
+
+    def s_For(self, s: L.For):
+        b = self.b
+        start, stop = self.expr(s.start), self.expr(s.stop)
+        pre = b.block
+        header = self.fn.append_basic_block("loop")
+        body = self.fn.append_basic_block("loop.body")
+        exit_ = self.fn.append_basic_block("loop.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        i = b.phi(I64, name=s.var.name)
+        i.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", i, stop), body, exit_)
+        b.position_at_end(body)
+        self.vars[id(s.var)] = i
+        self.stmts(s.body)
+        nxt = b.add(i, ir.Constant(I64, 1), flags=("nsw",))
+        i.add_incoming(nxt, b.block)
+        b.branch(header)
+        b.position_at_end(exit_)
+
+    def s_Store(self, s: L.Store):
+        ptr = self.address(s.buf, s.index)
+        val = self.expr(s.value)
+        if s.buf.dtype == np.bool_:
+            val = self.b.zext(val, I8)
+        self.b.store(val, ptr, align=s.buf.dtype.itemsize)
+
+    def s_If(self, s: L.If):
+        cond = self.expr(s.cond)
+        if s.orelse:
+            with self.b.if_else(cond) as (then, orelse):
+                with then:
+                    self.stmts(s.then)
+                with orelse:
+                    self.stmts(s.orelse)
+        else:
+            with self.b.if_then(cond):
+                self.stmts(s.then)
+
+    def s_Let(self, s: L.Let):
+        slot = self.alloca_builder.alloca(llvm_type(s.local.dtype), name=s.local.name)
+        self.locals[id(s.local)] = slot
+        self.b.store(self.expr(s.init), slot)
+
+    def s_Set(self, s: L.Set):
+        self.b.store(self.expr(s.value), self.locals[id(s.local)])
+
+    # ------------------------------------------------------------ expressions
+    def address(self, buf: L.Buf, index: L.Expr) -> ir.Value:
+        return self.b.gep(self.ptrs[id(buf)], [self.expr(index)], inbounds=True,
+                          source_etype=mem_type(buf.dtype))
+
+    def expr(self, e: L.Expr) -> ir.Value:
+        return getattr(self, "e_" + type(e).__name__)(e)
+
+    def e_Const(self, e: L.Const):
+        return ir.Constant(llvm_type(e.dtype), e.value if e.dtype != np.bool_ else int(e.value))
+
+    def e_Var(self, e: L.Var):
+        return self.vars[id(e)]
+
+    def e_Get(self, e: L.Get):
+        return self.b.load(self.locals[id(e.local)], typ=llvm_type(e.local.dtype))
+
+    def e_Load(self, e: L.Load):
+        val = self.b.load(self.address(e.buf, e.index), typ=mem_type(e.buf.dtype),
+                          align=e.buf.dtype.itemsize)
+        if e.buf.dtype == np.bool_:
+            val = self.b.trunc(val, I1)
+        return val
+
+    def e_Select(self, e: L.Select):
+        return self.b.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
+
+    def e_Cmp(self, e: L.Cmp):
+        a, b = self.expr(e.a), self.expr(e.b)
+        ops = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+        if is_float(e.a.dtype):
+            if e.op == "ne":
+                return self.b.fcmp_unordered("!=", a, b)
+            return self.b.fcmp_ordered(ops[e.op], a, b)
+        if is_unsigned(e.a.dtype):
+            return self.b.icmp_unsigned(ops[e.op], a, b)
+        return self.b.icmp_signed(ops[e.op], a, b)
+
+    def e_Bin(self, e: L.Bin):
+        a, b = self.expr(e.a), self.expr(e.b)
+        dt = e.a.dtype
+        if is_float(dt):
+            return self._fbin(e.op, a, b, dt)
+        return self._ibin(e.op, a, b, dt)
+
+    def _fbin(self, op, a, b, dt):
+        B = self.b
+        simple = {"add": B.fadd, "sub": B.fsub, "mul": B.fmul, "div": B.fdiv}
+        if op in simple:
+            return simple[op](a, b, flags=FLAGS)
+        if op in ("min", "max"):
+            return self.intrinsic("minimum" if op == "min" else "maximum", dt, a, b)
+        if op == "pow":
+            return self.intrinsic("pow", dt, a, b)
+        if op == "fmod":
+            return B.frem(a, b)
+        if op == "mod":  # python-style: result takes the divisor's sign
+            r = B.frem(a, b)
+            zero = ir.Constant(a.type, 0.0)
+            fix = B.and_(B.fcmp_ordered("!=", r, zero),
+                         B.xor(B.fcmp_ordered("<", r, zero), B.fcmp_ordered("<", b, zero)))
+            return B.select(fix, B.fadd(r, b), r)
+        if op == "floordiv":
+            return self.intrinsic("floor", dt, B.fdiv(a, b))
+        raise NotImplementedError(f"float op {op}")
+
+    def _ibin(self, op, a, b, dt):
+        B = self.b
+        u = is_unsigned(dt)
+        table = {"add": B.add, "sub": B.sub, "mul": B.mul, "and": B.and_, "or": B.or_,
+                 "xor": B.xor, "shl": B.shl, "fmod": B.urem if u else B.srem,
+                 "div": B.udiv if u else B.sdiv, "shr": B.lshr if u else B.ashr}
+        if op in table:
+            return table[op](a, b)
+        if op in ("min", "max"):
+            pred = "<" if op == "min" else ">"
+            c = B.icmp_unsigned(pred, a, b) if u else B.icmp_signed(pred, a, b)
+            return B.select(c, a, b)
+        if op in ("mod", "floordiv"):
+            if u:
+                return B.urem(a, b) if op == "mod" else B.udiv(a, b)
+            q, r = B.sdiv(a, b), B.srem(a, b)
+            zero = ir.Constant(a.type, 0)
+            fix = B.and_(B.icmp_signed("!=", r, zero),
+                         B.xor(B.icmp_signed("<", r, zero), B.icmp_signed("<", b, zero)))
+            if op == "mod":
+                return B.select(fix, B.add(r, b), r)
+            return B.select(fix, B.sub(q, ir.Constant(a.type, 1)), q)
+        if op == "pow":
+            raise NotImplementedError("integer pow: cast to float first")
+        raise NotImplementedError(f"integer op {op}")
+
+    def e_Un(self, e: L.Un):
+        a = self.expr(e.a)
+        dt = e.a.dtype
+        B = self.b
+        if e.op == "neg":
+            return B.fneg(a) if is_float(dt) else B.neg(a)
+        if e.op == "not":
+            return B.not_(a)
+        if not is_float(dt):
+            return self._iun(e.op, a, dt)
+        if e.op == "abs":
+            return self.intrinsic("fabs", dt, a)
+        if e.op == "round":
+            return self.intrinsic("roundeven", dt, a)
+        if e.op == "isnan":
+            return B.fcmp_unordered("uno", a, a)
+        if e.op in ("isinf", "isposinf", "isneginf"):
+            inf = ir.Constant(a.type, float("inf"))
+            if e.op == "isposinf":
+                return B.fcmp_ordered("==", a, inf)
+            if e.op == "isneginf":
+                return B.fcmp_ordered("==", a, ir.Constant(a.type, float("-inf")))
+            return B.fcmp_ordered("==", self.intrinsic("fabs", dt, a), inf)
+        if e.op == "sign":
+            zero, one = ir.Constant(a.type, 0.0), ir.Constant(a.type, 1.0)
+            pos = B.select(B.fcmp_ordered(">", a, zero), one, zero)
+            return B.select(B.fcmp_ordered("<", a, zero), B.fneg(one), pos)
+        if e.op in _INTRINSIC:
+            return self.intrinsic(e.op, dt, a)
+        if e.op in _LIBM:
+            return self.libm(e.op, dt, a)
+        raise NotImplementedError(f"unary {e.op} on {dt}")
+
+    def _iun(self, op, a, dt):
+        B = self.b
+        zero = ir.Constant(a.type, 0)
+        if op == "abs":
+            return a if is_unsigned(dt) else B.select(B.icmp_signed("<", a, zero), B.neg(a), a)
+        if op == "sign":
+            one = ir.Constant(a.type, 1)
+            if is_unsigned(dt):
+                return B.select(B.icmp_unsigned(">", a, zero), one, zero)
+            pos = B.select(B.icmp_signed(">", a, zero), one, zero)
+            return B.select(B.icmp_signed("<", a, zero), ir.Constant(a.type, -1), pos)
+        if op in ("isnan", "isinf", "isposinf", "isneginf"):
+            return ir.Constant(I1, 0)
+        raise NotImplementedError(f"unary {op} on integers")
+
+    def e_Cast(self, e: L.Cast):
+        a = self.expr(e.a)
+        src, dst = np.dtype(e.a.dtype), np.dtype(e.dtype)
+        B, ty = self.b, llvm_type(dst)
+        if src == dst:
+            return a
+        if dst == np.bool_:
+            if is_float(src):
+                return B.fcmp_unordered("!=", a, ir.Constant(a.type, 0.0))
+            return B.icmp_unsigned("!=", a, ir.Constant(a.type, 0))
+        if is_float(src) and is_float(dst):
+            return B.fpext(a, ty) if dst.itemsize > src.itemsize else B.fptrunc(a, ty)
+        if is_float(src):
+            return B.fptoui(a, ty) if is_unsigned(dst) else B.fptosi(a, ty)
+        if is_float(dst):
+            return B.uitofp(a, ty) if is_unsigned(src) else B.sitofp(a, ty)
+        if dst.itemsize < src.itemsize:
+            return B.trunc(a, ty)
+        if dst.itemsize == src.itemsize and src != np.bool_:
+            return a
+        return B.zext(a, ty) if is_unsigned(src) else B.sext(a, ty)
+
+    # ------------------------------------------------------------ calls
+    def intrinsic(self, name, dt, *args):
+        suffix = _SUFFIX[np.dtype(dt).name]
+        fname = f"llvm.{name}.{suffix}"
+        fn = self.module.globals.get(fname)
+        if fn is None:
+            ty = llvm_type(dt)
+            fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * len(args)), name=fname)
+        return self.b.call(fn, list(args))
+
+    def libm(self, name, dt, a):
+        """libm works in float or double; half goes through float."""
+        dt = np.dtype(dt)
+        work = np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
+        fname = name if work == np.float64 else name + "f"
+        ty = llvm_type(work)
+        fn = self.module.globals.get(fname)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ty, [ty]), name=fname)
+            fn.attributes.add("nounwind")
+        x = self.b.fpext(a, ty) if dt == np.float16 else a
+        r = self.b.call(fn, [x])
+        return self.b.fptrunc(r, llvm_type(dt)) if dt == np.float16 else r
+
+
+def lower_kernel(module: ir.Module, kernel: L.Kernel) -> ir.Function:
+    return KernelLowering(module, kernel).lower()

@@ -1,0 +1,53 @@
+"""LLVM initialisation, target machines and the optimisation pipeline."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+
+
+@functools.cache
+def init_llvm() -> None:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+
+
+@dataclass(frozen=True)
+class MachineSpec:
+    triple: str
+    cpu: str
+    features: str
+
+    @property
+    def vector_bits(self) -> int:
+        feats = set(self.features.split(","))
+        if "+avx512f" in feats:
+            return 512
+        if "+avx2" in feats or "+avx" in feats:
+            return 256
+        return 128
+
+
+@functools.cache
+def host_spec() -> MachineSpec:
+    init_llvm()
+    return MachineSpec(llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                       llvm.get_host_cpu_features().flatten())
+
+
+def create_target_machine(spec: MachineSpec, opt: int = 3):
+    init_llvm()
+    target = llvm.Target.from_triple(spec.triple)
+    return target.create_target_machine(cpu=spec.cpu, features=spec.features, opt=opt,
+                                        reloc="pic", codemodel="default")
+
+
+def optimize(module, tm, opt_level: int) -> None:
+    if opt_level <= 0:
+        return
+    pto = llvm.create_pipeline_tuning_options(speed_level=min(opt_level, 3))
+    pto.loop_vectorization = opt_level >= 2
+    pto.slp_vectorization = opt_level >= 2
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(module, pb)

@@ -1,0 +1,2 @@
+"""Importing this package registers every ONNX converter."""
+from . import elementwise  # noqa: F401

@@ -1,0 +1,33 @@
+"""Helpers shared by converters."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import CompileError
+
+
+def broadcast(*shapes) -> tuple[int, ...]:
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        raise CompileError(f"shapes {[list(s) for s in shapes]} do not broadcast together") from None
+
+
+def const_value(v, what: str) -> np.ndarray:
+    """The compile-time value of an input that must be constant (axes, shapes, pads, ...)."""
+    if v is None:
+        return None
+    if not v.is_const:
+        raise CompileError(f"{what} must be known at compile time (a constant or computed from "
+                           "shapes), but it depends on the model's inputs")
+    return v.const
+
+
+def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise CompileError(f"{what} {axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def norm_axes(axes, rank: int) -> list[int]:
+    return sorted({norm_axis(int(a), rank) for a in axes})

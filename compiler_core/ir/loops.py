@@ -1,0 +1,390 @@
+"""Loop-nest IR: what every kernel lowers to before LLVM.
+
+Expressions are small immutable trees (Const, Var, Load, Bin, Cmp, Un, Select, Cast, Get);
+statements are For / Store / If / Let / Set. Kernels are written with `KernelBuilder`, a
+context-manager front end that nests statements, and with Python operators on Expr.
+Index arithmetic is int64; buffers are flat, row-major, addressed by `buf[i, j, ...]`.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+INDEX = np.dtype(np.int64)
+BOOL = np.dtype(np.bool_)
+_counter = itertools.count()
+
+
+def _dt(x) -> np.dtype:
+    return np.dtype(x)
+
+
+class Expr:
+    dtype: np.dtype
+
+    def _bin(self, op, other, swap=False):
+        other = as_expr(other, self.dtype)
+        a, b = (other, self) if swap else (self, other)
+        return binop(op, a, b)
+
+    def __add__(self, o): return self._bin("add", o)
+    def __radd__(self, o): return self._bin("add", o, True)
+    def __sub__(self, o): return self._bin("sub", o)
+    def __rsub__(self, o): return self._bin("sub", o, True)
+    def __mul__(self, o): return self._bin("mul", o)
+    def __rmul__(self, o): return self._bin("mul", o, True)
+    def __truediv__(self, o): return self._bin("div", o)
+    def __rtruediv__(self, o): return self._bin("div", o, True)
+    def __floordiv__(self, o): return self._bin("floordiv", o)
+    def __mod__(self, o): return self._bin("mod", o)
+    def __and__(self, o): return self._bin("and", o)
+    def __rand__(self, o): return self._bin("and", o, True)
+    def __or__(self, o): return self._bin("or", o)
+    def __ror__(self, o): return self._bin("or", o, True)
+    def __xor__(self, o): return self._bin("xor", o)
+    def __neg__(self): return unop("neg", self)
+    def __invert__(self): return unop("not", self)
+    def __lt__(self, o): return Cmp("lt", self, as_expr(o, self.dtype))
+    def __le__(self, o): return Cmp("le", self, as_expr(o, self.dtype))
+    def __gt__(self, o): return Cmp("gt", self, as_expr(o, self.dtype))
+    def __ge__(self, o): return Cmp("ge", self, as_expr(o, self.dtype))
+    def eq(self, o): return Cmp("eq", self, as_expr(o, self.dtype))
+    def ne(self, o): return Cmp("ne", self, as_expr(o, self.dtype))
+    __hash__ = object.__hash__
+
+
+@dataclass(eq=False)
+class Const(Expr):
+    value: object
+    dtype: np.dtype = INDEX
+
+    def __post_init__(self):
+        self.dtype = _dt(self.dtype)
+        self.value = self.dtype.type(self.value).item()
+
+
+@dataclass(eq=False)
+class Var(Expr):
+    name: str
+    dtype: np.dtype = INDEX
+
+
+@dataclass(eq=False)
+class Buf:
+    """A kernel parameter: one tensor, seen as a flat row-major array."""
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return tuple(int(np.prod(self.shape[i + 1:], dtype=np.int64)) for i in range(len(self.shape)))
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def offset(self, idx) -> Expr:
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        if len(idx) != len(self.shape):
+            raise IndexError(f"{self.name}: {len(idx)} indices for shape {self.shape}")
+        flat: Expr = Const(0)
+        for i, s in zip(idx, self.strides):
+            flat = flat + as_expr(i) * s
+        return flat
+
+    def __getitem__(self, idx) -> Expr:
+        return Load(self, self.offset(idx))
+
+    def flat(self, i) -> Expr:
+        return Load(self, as_expr(i))
+
+    __hash__ = object.__hash__
+
+
+@dataclass(eq=False)
+class Load(Expr):
+    buf: Buf
+    index: Expr
+
+    @property
+    def dtype(self):
+        return self.buf.dtype
+
+
+@dataclass(eq=False)
+class Bin(Expr):
+    op: str  # add sub mul div floordiv mod min max pow and or xor shl shr
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self):
+        return self.a.dtype
+
+
+@dataclass(eq=False)
+class Cmp(Expr):
+    op: str  # lt le gt ge eq ne
+    a: Expr
+    b: Expr
+    dtype: np.dtype = BOOL
+
+
+@dataclass(eq=False)
+class Un(Expr):
+    op: str  # neg not abs sqrt exp log sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh
+    # floor ceil round(half-even) erf isnan isinf isposinf isneginf sign
+    a: Expr
+
+    @property
+    def dtype(self):
+        return BOOL if self.op.startswith("is") else self.a.dtype
+
+
+@dataclass(eq=False)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self):
+        return self.a.dtype
+
+
+@dataclass(eq=False)
+class Cast(Expr):
+    a: Expr
+    dtype: np.dtype
+
+
+@dataclass(eq=False)
+class Local:
+    name: str
+    dtype: np.dtype
+    __hash__ = object.__hash__
+
+
+@dataclass(eq=False)
+class Get(Expr):
+    local: Local
+
+    @property
+    def dtype(self):
+        return self.local.dtype
+
+
+# ---------------------------------------------------------------- statements
+
+@dataclass(eq=False)
+class For:
+    var: Var
+    start: Expr
+    stop: Expr
+    body: list
+    kind: str = "serial"  # serial | vector | unroll | parallel
+
+
+@dataclass(eq=False)
+class Store:
+    buf: Buf
+    index: Expr
+    value: Expr
+
+
+@dataclass(eq=False)
+class If:
+    cond: Expr
+    then: list
+    orelse: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Let:
+    local: Local
+    init: Expr
+
+
+@dataclass(eq=False)
+class Set:
+    local: Local
+    value: Expr
+
+
+@dataclass(eq=False)
+class Kernel:
+    name: str
+    params: list[Buf]
+    body: list
+    outputs: int = 1  # the last `outputs` params are written
+
+
+# ---------------------------------------------------------------- constructors
+
+def as_expr(x, dtype=INDEX) -> Expr:
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, (bool, np.bool_)):
+        return Const(bool(x), BOOL if _dt(dtype) == BOOL else dtype)
+    return Const(x, dtype)
+
+
+def const(value, dtype) -> Const:
+    return Const(value, dtype)
+
+
+def _is_const(e, v=None):
+    return isinstance(e, Const) and (v is None or e.value == v)
+
+
+def binop(op: str, a: Expr, b: Expr) -> Expr:
+    if a.dtype != b.dtype:
+        raise TypeError(f"{op}: dtype mismatch {a.dtype} vs {b.dtype}")
+    if a.dtype == INDEX:  # keep index arithmetic small so LLVM sees simple strides
+        if _is_const(a) and _is_const(b) and op in _FOLD:
+            return Const(_FOLD[op](a.value, b.value))
+        if op == "add" and _is_const(b, 0) or op == "mul" and _is_const(b, 1):
+            return a
+        if op == "add" and _is_const(a, 0) or op == "mul" and _is_const(a, 1):
+            return b
+        if op == "mul" and (_is_const(a, 0) or _is_const(b, 0)):
+            return Const(0)
+        if op == "sub" and _is_const(b, 0):
+            return a
+    return Bin(op, a, b)
+
+
+_FOLD = {
+    "add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+    "min": min, "max": max,
+}
+
+
+def unop(op: str, a: Expr) -> Expr:
+    return Un(op, a)
+
+
+def minimum(a, b) -> Expr:
+    a = as_expr(a, getattr(b, "dtype", INDEX))
+    return binop("min", a, as_expr(b, a.dtype))
+
+
+def maximum(a, b) -> Expr:
+    a = as_expr(a, getattr(b, "dtype", INDEX))
+    return binop("max", a, as_expr(b, a.dtype))
+
+
+def select(cond: Expr, a, b) -> Expr:
+    if isinstance(a, Expr):
+        b = as_expr(b, a.dtype)
+    else:
+        b = as_expr(b, INDEX) if not isinstance(b, Expr) else b
+        a = as_expr(a, b.dtype)
+    return Select(cond, a, b)
+
+
+def cast(a: Expr, dtype) -> Expr:
+    dtype = _dt(dtype)
+    return a if a.dtype == dtype else Cast(a, dtype)
+
+
+def call(op: str, a: Expr) -> Expr:
+    return Un(op, a)
+
+
+def logical_and(a: Expr, b: Expr) -> Expr:
+    return Bin("and", a, b)
+
+
+def logical_or(a: Expr, b: Expr) -> Expr:
+    return Bin("or", a, b)
+
+
+# ---------------------------------------------------------------- builder
+
+class KernelBuilder:
+    """Builds one Kernel: `with kb.loop(n) as i: kb.store(out, (i,), x[i] * 2)`."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.params: list[Buf] = []
+        self._stack: list[list] = [[]]
+
+    def buf(self, name: str, dtype, shape) -> Buf:
+        b = Buf(name, _dt(dtype), tuple(int(s) for s in shape))
+        self.params.append(b)
+        return b
+
+    def emit(self, stmt):
+        self._stack[-1].append(stmt)
+
+    @contextlib.contextmanager
+    def _block(self, target: list):
+        self._stack.append(target)
+        try:
+            yield
+        finally:
+            self._stack.pop()
+
+    @contextlib.contextmanager
+    def loop(self, stop, start=0, kind="serial", name="i"):
+        var = Var(f"{name}{next(_counter)}")
+        stmt = For(var, as_expr(start), as_expr(stop), [], kind)
+        self.emit(stmt)
+        with self._block(stmt.body):
+            yield var
+
+    @contextlib.contextmanager
+    def loops(self, shape, kind="serial"):
+        """Nested loops over `shape`; yields the tuple of index vars (outermost first)."""
+        with contextlib.ExitStack() as stack:
+            idx = tuple(stack.enter_context(self.loop(n, kind=kind if d == 0 else "serial"))
+                        for d, n in enumerate(shape))
+            yield idx
+
+    @contextlib.contextmanager
+    def if_(self, cond: Expr):
+        stmt = If(cond, [], [])
+        self.emit(stmt)
+        with self._block(stmt.then):
+            yield stmt
+
+    @contextlib.contextmanager
+    def else_(self, stmt: If):
+        with self._block(stmt.orelse):
+            yield
+
+    def store(self, buf: Buf, idx, value) -> None:
+        value = as_expr(value, buf.dtype)
+        if value.dtype != buf.dtype:
+            raise TypeError(f"store {value.dtype} into {buf.name}: {buf.dtype}")
+        index = buf.offset(idx) if isinstance(idx, tuple) else as_expr(idx)
+        self.emit(Store(buf, index, value))
+
+    def store_flat(self, buf: Buf, i, value) -> None:
+        self.store(buf, as_expr(i), value)
+
+    def local(self, dtype, init, name="acc") -> Local:
+        loc = Local(f"{name}{next(_counter)}", _dt(dtype))
+        self.emit(Let(loc, as_expr(init, loc.dtype)))
+        return loc
+
+    def set(self, loc: Local, value) -> None:
+        self.emit(Set(loc, as_expr(value, loc.dtype)))
+
+    def get(self, loc: Local) -> Expr:
+        return Get(loc)
+
+    def build(self, outputs: int = 1) -> Kernel:
+        return Kernel(self.name, self.params, self._stack[0], outputs)
+
+
+def broadcast_index(idx: tuple, in_shape: tuple, out_shape: tuple) -> tuple:
+    """Indices into an input of `in_shape` that numpy-broadcasts to `out_shape`."""
+    lead = len(out_shape) - len(in_shape)
+    return tuple(Const(0) if d == 1 and out_shape[lead + k] != 1 else idx[lead + k]
+                 for k, d in enumerate(in_shape))

@@ -1,0 +1,218 @@
+"""Elementwise ops: one scalar function per op, one broadcasting loop nest for all of them.
+
+`SCALAR[op](attrs, *args) -> Expr` is also what operator fusion composes.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import loops as L
+from ..ir.loops import as_expr, broadcast_index, call, cast, maximum, minimum, select
+from .registry import lowering
+
+SCALAR: dict = {}
+
+
+def scalar(*ops):
+    def register(fn):
+        for op in ops:
+            SCALAR[op] = fn
+        return fn
+    return register
+
+
+def _c(x, like):
+    return as_expr(x, like.dtype)
+
+
+# -- arithmetic
+for _op, _fn in {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div"}.items():
+    SCALAR[_op] = (lambda f: lambda attrs, a, b: L.binop(f, a, b))(_fn)
+
+
+@scalar("Sum")
+def _sum(attrs, *xs):
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = acc + x
+    return acc
+
+
+@scalar("Mean")
+def _mean(attrs, *xs):
+    return _sum(attrs, *xs) / _c(len(xs), xs[0])
+
+
+@scalar("Max")
+def _max(attrs, *xs):
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = maximum(acc, x)
+    return acc
+
+
+@scalar("Min")
+def _min(attrs, *xs):
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = minimum(acc, x)
+    return acc
+
+
+@scalar("Pow")
+def _pow(attrs, a, b):
+    work = a.dtype if a.dtype.kind == "f" else np.dtype(np.float64)
+    r = L.binop("pow", cast(a, work), cast(b, work))
+    if a.dtype.kind != "f":
+        r = call("round", r)
+    return cast(r, a.dtype)
+
+
+@scalar("Mod")
+def _mod(attrs, a, b):
+    return L.binop("fmod" if attrs.get("fmod", 0) else "mod", a, b)
+
+
+@scalar("BitShift")
+def _bitshift(attrs, a, b):
+    return L.binop("shl" if attrs["direction"] == "LEFT" else "shr", a, b)
+
+
+SCALAR["BitwiseAnd"] = SCALAR["And"] = lambda attrs, a, b: a & b
+SCALAR["BitwiseOr"] = SCALAR["Or"] = lambda attrs, a, b: a | b
+SCALAR["BitwiseXor"] = SCALAR["Xor"] = lambda attrs, a, b: a ^ b
+SCALAR["BitwiseNot"] = SCALAR["Not"] = lambda attrs, a: ~a
+
+# -- comparisons
+SCALAR["Equal"] = lambda attrs, a, b: a.eq(b)
+SCALAR["Greater"] = lambda attrs, a, b: a > b
+SCALAR["GreaterOrEqual"] = lambda attrs, a, b: a >= b
+SCALAR["Less"] = lambda attrs, a, b: a < b
+SCALAR["LessOrEqual"] = lambda attrs, a, b: a <= b
+SCALAR["Where"] = lambda attrs, c, a, b: select(c, a, b)
+
+# -- unary math
+for _op, _fn in {"Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Sin": "sin", "Cos": "cos",
+                 "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan", "Sinh": "sinh",
+                 "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh",
+                 "Tanh": "tanh", "Floor": "floor", "Ceil": "ceil", "Round": "round",
+                 "Erf": "erf", "Abs": "abs", "Sign": "sign", "Neg": "neg", "IsNaN": "isnan"}.items():
+    SCALAR[_op] = (lambda f: lambda attrs, a: call(f, a))(_fn)
+
+
+@scalar("IsInf")
+def _isinf(attrs, a):
+    pos, neg = attrs.get("detect_positive", 1), attrs.get("detect_negative", 1)
+    if pos and neg:
+        return call("isinf", a)
+    if pos:
+        return call("isposinf", a)
+    if neg:
+        return call("isneginf", a)
+    return as_expr(False, np.bool_)
+
+
+SCALAR["Reciprocal"] = lambda attrs, a: _c(1, a) / a
+SCALAR["Identity"] = lambda attrs, a: a
+SCALAR["Copy"] = lambda attrs, a: a
+SCALAR["Cast"] = lambda attrs, a: _cast(a, np.dtype(attrs["to"]))
+
+
+def _cast(a, to):
+    # float -> int goes through truncation; NaN/overflow are undefined in ONNX as in C
+    return cast(a, to)
+
+
+# -- activations
+SCALAR["Relu"] = lambda attrs, a: maximum(a, _c(0, a))
+SCALAR["LeakyRelu"] = lambda attrs, a: select(a < _c(0, a), a * _c(attrs["alpha"], a), a)
+SCALAR["PRelu"] = lambda attrs, a, slope: select(a < _c(0, a), a * slope, a)
+SCALAR["ThresholdedRelu"] = lambda attrs, a: select(a > _c(attrs["alpha"], a), a, _c(0, a))
+
+
+@scalar("Elu")
+def _elu(attrs, a):
+    return select(a < _c(0, a), _c(attrs["alpha"], a) * (call("exp", a) - _c(1, a)), a)
+
+
+@scalar("Celu")
+def _celu(attrs, a):
+    alpha = _c(attrs["alpha"], a)
+    neg = alpha * (call("exp", a / alpha) - _c(1, a))
+    return maximum(a, _c(0, a)) + minimum(_c(0, a), neg)
+
+
+@scalar("Selu")
+def _selu(attrs, a):
+    alpha, gamma = _c(attrs["alpha"], a), _c(attrs["gamma"], a)
+    return gamma * select(a > _c(0, a), a, alpha * (call("exp", a) - _c(1, a)))
+
+
+@scalar("Sigmoid")
+def _sigmoid(attrs, a):
+    return _c(1, a) / (_c(1, a) + call("exp", -a))
+
+
+@scalar("HardSigmoid")
+def _hard_sigmoid(attrs, a):
+    y = _c(attrs["alpha"], a) * a + _c(attrs["beta"], a)
+    return maximum(_c(0, a), minimum(_c(1, a), y))
+
+
+@scalar("HardSwish")
+def _hard_swish(attrs, a):
+    return a * _hard_sigmoid({"alpha": 1 / 6, "beta": 0.5}, a)
+
+
+@scalar("Softplus")
+def _softplus(attrs, a):
+    # log1p(exp(x)) overflows for large x, where the answer is x itself
+    safe = call("log", _c(1, a) + call("exp", minimum(a, _c(20, a))))
+    return select(a > _c(20, a), a, safe)
+
+
+SCALAR["Softsign"] = lambda attrs, a: a / (_c(1, a) + call("abs", a))
+SCALAR["Mish"] = lambda attrs, a: a * call("tanh", _softplus(attrs, a))
+
+
+@scalar("Gelu")
+def _gelu(attrs, a):
+    half = _c(0.5, a)
+    if attrs.get("approximate", "none") == "tanh":
+        inner = _c(math.sqrt(2 / math.pi), a) * (a + _c(0.044715, a) * a * a * a)
+        return half * a * (_c(1, a) + call("tanh", inner))
+    return half * a * (_c(1, a) + call("erf", a * _c(1 / math.sqrt(2), a)))
+
+
+@scalar("Clip")
+def _clip(attrs, a, lo=None, hi=None):
+    if lo is not None:
+        a = maximum(a, lo)
+    if hi is not None:
+        a = minimum(a, hi)
+    return a
+
+
+@scalar("Shrink")
+def _shrink(attrs, a):
+    lambd, bias = _c(attrs["lambd"], a), _c(attrs["bias"], a)
+    return select(a < -lambd, a + bias, select(a > lambd, a - bias, _c(0, a)))
+
+
+def scalar_expr(op: str, attrs: dict, args: list) -> L.Expr:
+    return SCALAR[op](attrs, *args)
+
+
+@lowering(*SCALAR)
+def lower_elementwise(node, kb, ins, outs):
+    out = outs[0]
+    present = [(k, b) for k, b in enumerate(ins) if b is not None]
+    with kb.loops(out.shape) as idx:
+        args = [None] * len(ins)
+        for k, b in present:
+            args[k] = b[broadcast_index(idx, b.shape, out.shape)]
+        while args and args[-1] is None:
+            args.pop()
+        kb.store(out, idx, scalar_expr(node.op, node.attrs, args))

@@ -1,0 +1,31 @@
+"""Named pass pipelines, one per opt level."""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..ir import Graph
+from .cse import eliminate_common_subexpressions
+from .dce import eliminate_dead_code
+from .finalize_outputs import finalize_outputs
+
+Pass = Callable[[Graph], Graph]
+
+PIPELINES: dict[str, list[Pass]] = {
+    "O0": [finalize_outputs, eliminate_dead_code],
+    "O1": [eliminate_dead_code, eliminate_common_subexpressions, finalize_outputs,
+           eliminate_dead_code],
+}
+PIPELINES["O2"] = PIPELINES["O1"]
+PIPELINES["O3"] = PIPELINES["O2"]
+
+
+def get_pipeline(name: str) -> list[Pass]:
+    if name not in PIPELINES:
+        raise ValueError(f"unknown pipeline {name!r}; valid: {', '.join(sorted(PIPELINES))}")
+    return PIPELINES[name]
+
+
+def run_pipeline(graph: Graph, opt_level: int) -> Graph:
+    for p in get_pipeline(f"O{min(max(opt_level, 0), 3)}"):
+        graph = p(graph)
+    return graph

@@ -1,0 +1,86 @@
+import numpy as np
+import pytest
+from onnx import helper
+
+from .helpers import assert_matches, make_model, rand
+
+F = np.float32
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "Pow"])
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((3, 1), (1, 5)),
+                                    ((), (2, 2))])
+def test_binary_broadcast(op, shapes):
+    a, b = rand(*shapes[0], seed=1), rand(*shapes[1], seed=2)
+    if op == "Pow":
+        a = np.asarray(np.abs(a) + 0.5, F)
+    if op == "Div":
+        b = np.asarray(b + np.sign(b) * 0.5, F)
+    out = np.broadcast_shapes(a.shape, b.shape)
+    m = make_model([helper.make_node(op, ["a", "b"], ["y"])],
+                   [("a", F, a.shape), ("b", F, b.shape)], [("y", F, out)])
+    assert_matches(m, {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("op", ["Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil",
+                                "Round", "Sign", "Erf", "Sin", "Cos", "Relu", "Sigmoid", "Tanh",
+                                "Softplus", "HardSwish", "Softsign"])
+def test_unary(op):
+    x = rand(3, 17, low=-3, high=3)
+    if op in ("Sqrt", "Log"):
+        x = np.abs(x) + 0.1
+    m = make_model([helper.make_node(op, ["x"], ["y"])], [("x", F, x.shape)], [("y", F, x.shape)])
+    assert_matches(m, {"x": x})
+
+
+@pytest.mark.parametrize("op,attrs", [("LeakyRelu", {"alpha": 0.2}), ("Elu", {"alpha": 0.7}),
+                                      ("Selu", {}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}),
+                                      ("Gelu", {}), ("Gelu", {"approximate": "tanh"})])
+def test_activation_attributes(op, attrs):
+    x = rand(4, 9, low=-4, high=4)
+    m = make_model([helper.make_node(op, ["x"], ["y"], **attrs)], [("x", F, x.shape)],
+                   [("y", F, x.shape)], opset=20)
+    assert_matches(m, {"x": x})
+
+
+@pytest.mark.parametrize("op", ["Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_compare(op, dtype):
+    a, b = rand(5, 4, dtype=dtype, seed=3), rand(4, dtype=dtype, seed=4)
+    a[0, :] = b
+    m = make_model([helper.make_node(op, ["a", "b"], ["y"])],
+                   [("a", dtype, a.shape), ("b", dtype, b.shape)], [("y", np.bool_, (5, 4))])
+    assert_matches(m, {"a": a, "b": b})
+
+
+def test_where_and_logic():
+    c, a, b = rand(2, 3, dtype=np.bool_), rand(2, 3), rand(3)
+    m = make_model([helper.make_node("Where", ["c", "a", "b"], ["w"]),
+                    helper.make_node("Not", ["c"], ["n"]),
+                    helper.make_node("Xor", ["c", "n"], ["x"])],
+                   [("c", np.bool_, c.shape), ("a", F, a.shape), ("b", F, b.shape)],
+                   [("w", F, (2, 3)), ("x", np.bool_, (2, 3))])
+    assert_matches(m, {"c": c, "a": a, "b": b})
+
+
+@pytest.mark.parametrize("opset", [9, 13])
+def test_clip_versions(opset):
+    x = rand(6, 5, low=-3, high=3)
+    if opset < 11:
+        node = helper.make_node("Clip", ["x"], ["y"], min=-1.0, max=0.5)
+        inits = []
+        inputs = ["x"]
+    else:
+        node = helper.make_node("Clip", ["x", "lo", "hi"], ["y"])
+        inits = [("lo", np.array(-1.0, F)), ("hi", np.array(0.5, F))]
+    m = make_model([node], [("x", F, x.shape)], [("y", F, x.shape)], inits, opset=opset)
+    assert_matches(m, {"x": x})
+
+
+@pytest.mark.parametrize("to", [np.int32, np.int64, np.float64, np.bool_, np.float16])
+def test_cast(to):
+    x = rand(3, 4, low=-5, high=5)
+    m = make_model([helper.make_node("Cast", ["x"], ["y"],
+                                     to=helper.np_dtype_to_tensor_dtype(np.dtype(to)))],
+                   [("x", F, x.shape)], [("y", to, x.shape)])
+    assert_matches(m, {"x": x})
