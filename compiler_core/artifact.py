@@ -118,6 +118,9 @@ int tf_run(const void *const *inputs, void *const *outputs);
 /* Reentrant: the caller passes scratch memory of tf_arena_size() bytes, 64-byte aligned. */
 int tf_run_with_arena(const void *const *inputs, void *const *outputs, void *arena);
 size_t tf_arena_size(void);
+/* Like tf_run_with_arena, adding each kernel's wall time in nanoseconds to ns[k]. */
+int tf_profile(const void *const *inputs, void *const *outputs, void *arena, int64_t *ns);
+int tf_num_kernels(void);
 
 #ifdef __cplusplus
 }}

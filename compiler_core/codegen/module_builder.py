@@ -4,6 +4,8 @@ Exported C ABI (see model.h):
     int    tf_run(const void *const *inputs, void *const *outputs);      // static arena
     int    tf_run_with_arena(const void *const *inputs, void *const *outputs, void *arena);
     size_t tf_arena_size(void);
+    int    tf_profile(inputs, outputs, arena, int64_t *ns);  // adds each kernel's time to ns[k]
+    int    tf_num_kernels(void);
 Weights live in a separate object (`tf_weights`, hidden) assembled from raw bytes, so
 hundreds of megabytes of constants never pass through LLVM's textual IR.
 """
@@ -34,17 +36,21 @@ def build_module(name: str, triple: str, steps: list[Step], plan: MemoryPlan) ->
     weights.visibility = "hidden"
     weights.global_constant = True
     fns = [lower_kernel(module, s.kernel) for s in steps]
-    entry = _entry(module, steps, fns, plan, weights)
+    entry = _entry(module, "tf_run_with_arena", steps, fns, plan, weights)
+    _entry(module, "tf_profile", steps, fns, plan, weights, profile=True)
     _static_entry(module, entry, plan)
+    _constant_fn(module, "tf_num_kernels", I32, len(steps))
     return module
 
 
-def _entry(module, steps, fns, plan, weights) -> ir.Function:
-    fnty = ir.FunctionType(I32, [PTR, PTR, PTR])
-    fn = ir.Function(module, fnty, name="tf_run_with_arena")
+def _entry(module, name, steps, fns, plan, weights, profile=False) -> ir.Function:
+    """The whole graph as straight-line calls; `profile` adds a clock read around each."""
+    fnty = ir.FunctionType(I32, [PTR, PTR, PTR] + ([PTR] if profile else []))
+    fn = ir.Function(module, fnty, name=name)
     fn.attributes.add("nounwind")
-    inputs, outputs, arena = fn.args
+    inputs, outputs, arena = fn.args[:3]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    clock = _Clock(module, b) if profile else None
     cache: dict[Value, ir.Value] = {}
 
     def pointer(v: Value) -> ir.Value:
@@ -59,16 +65,49 @@ def _entry(module, steps, fns, plan, weights) -> ir.Function:
                 cache[v] = b.gep(base, [ir.Constant(I64, loc.index)], source_etype=I8)
         return cache[v]
 
-    for step, kfn in zip(steps, fns):
+    for k, (step, kfn) in enumerate(zip(steps, fns)):
         args = [pointer(v) for v in step.values]
+        started = clock.now() if clock else None
         if step.guards:
             cond = _guard_condition(b, step.guards, pointer)
             with b.if_then(cond):
                 b.call(kfn, args)
         else:
             b.call(kfn, args)
+        if clock:
+            clock.accumulate(fn.args[3], k, started)
     b.ret(ir.Constant(I32, 0))
     return fn
+
+
+class _Clock:
+    """clock_gettime(CLOCK_MONOTONIC) around kernel calls, for tf_profile."""
+    TIMESPEC = ir.LiteralStructType([I64, I64])
+
+    def __init__(self, module, builder):
+        self.b = builder
+        self.fn = module.globals.get("clock_gettime") or ir.Function(
+            module, ir.FunctionType(I32, [I32, PTR]), name="clock_gettime")
+        self.slot = builder.alloca(self.TIMESPEC)
+
+    def now(self) -> ir.Value:
+        b = self.b
+        b.call(self.fn, [ir.Constant(I32, 1), self.slot])
+        sec = b.load(b.gep(self.slot, [ir.Constant(I32, 0), ir.Constant(I32, 0)],
+                           source_etype=self.TIMESPEC), typ=I64)
+        nsec = b.load(b.gep(self.slot, [ir.Constant(I32, 0), ir.Constant(I32, 1)],
+                            source_etype=self.TIMESPEC), typ=I64)
+        return b.add(b.mul(sec, ir.Constant(I64, 1_000_000_000)), nsec)
+
+    def accumulate(self, table, k, started) -> None:
+        b = self.b
+        slot = b.gep(table, [ir.Constant(I64, k)], source_etype=I64)
+        b.store(b.add(b.load(slot, typ=I64), b.sub(self.now(), started)), slot)
+
+
+def _constant_fn(module, name, ty, value) -> None:
+    fn = ir.Function(module, ir.FunctionType(ty, []), name=name)
+    ir.IRBuilder(fn.append_basic_block("entry")).ret(ir.Constant(ty, value))
 
 
 def _guard_condition(b, guards, pointer):
@@ -89,5 +128,4 @@ def _static_entry(module, entry, plan) -> None:
     fn = ir.Function(module, ir.FunctionType(I32, [PTR, PTR]), name="tf_run")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     b.ret(b.call(entry, [*fn.args, arena]))
-    size_fn = ir.Function(module, ir.FunctionType(I64, []), name="tf_arena_size")
-    ir.IRBuilder(size_fn.append_basic_block("entry")).ret(ir.Constant(I64, plan.arena_size))
+    _constant_fn(module, "tf_arena_size", I64, plan.arena_size)

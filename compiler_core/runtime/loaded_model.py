@@ -56,13 +56,36 @@ class LoadedModel:
         self.run_into(arrays, outs)
         return {s["name"]: o for s, o in zip(self.outputs, outs)}
 
-    def run_into(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
-        """The unchecked fast path used by benchmarks: arrays in model.h order."""
+    def profile(self, feeds: dict, runs: int = 10) -> list[dict]:
+        """Mean wall time of each kernel over `runs` runs, in model order."""
+        arrays = self._check(feeds)
+        outs = [np.empty(s["shape"], np.dtype(s["dtype"])) for s in self.outputs]
+        fn = self._lib.tf_profile
+        fn.restype = ctypes.c_int
+        count = len(self.meta["kernels"])
+        ns = np.zeros(max(count, 1), np.int64)
         ins = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         outp = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
-        rc = self._run(ins, outp, self._arena_ptr)
-        if rc != 0:
-            raise RuntimeError(f"model returned error code {rc}")
+        for _ in range(runs):
+            fn(ins, outp, ctypes.c_void_p(self._arena_ptr), ctypes.c_void_p(ns.ctypes.data))
+        return [{"name": k["name"], "op": k["op"], "mean_ms": float(t) / runs / 1e6}
+                for k, t in zip(self.meta["kernels"], ns)]
+
+    def run_into(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        self.bind(arrays, outs)()
+
+    def bind(self, arrays: list[np.ndarray], outs: list[np.ndarray]):
+        """A no-argument call running the model on these exact buffers (the benchmark path:
+        marshalling pointers per call would cost more than a small model's whole run)."""
+        ins = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
+        outp = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
+        run, arena = self._run, ctypes.c_void_p(self._arena_ptr)
+
+        def call():
+            if run(ins, outp, arena) != 0:
+                raise RuntimeError(f"model {self.directory} returned an error")
+        call.buffers = (arrays, outs)  # the buffers must live as long as the call
+        return call
 
 
 def load(directory, threads: int = 1) -> LoadedModel:

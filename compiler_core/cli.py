@@ -1,0 +1,137 @@
+"""python -m compiler_core inspect|compile|run|bench  (see DESIGN.md)."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .codegen.link import LinkError
+from .errors import CompileError, RuntimeInputError
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """'x=1x3x224x224' -> ('x', (1, 3, 224, 224))."""
+    m = re.fullmatch(r"(.+)=(\d+(?:[x,]\d+)*)", text)
+    if not m:
+        raise UsageError(f"--input {text!r}: expected NAME=DIMS such as data=1x3x224x224")
+    return m.group(1), tuple(int(d) for d in re.split("[x,]", m.group(2)))
+
+
+def cmd_inspect(args) -> int:
+    from .inspect_model import inspect_model
+    info = inspect_model(args.model)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"opset {info['opset']}, {info['nodes']} nodes, {info['parameters']:,} parameters")
+    for kind in ("inputs", "outputs"):
+        for io in info[kind]:
+            print(f"{kind[:-1]:7s} {io['name']}: {io['dtype']} {io['shape']}")
+    print("ops:", ", ".join(f"{op} x{n}" for op, n in info["ops"].items()))
+    if info["unsupported_ops"]:
+        print("UNSUPPORTED:", ", ".join(f"{op} x{n}" for op, n in info["unsupported_ops"].items()))
+    return 0
+
+
+def cmd_compile(args) -> int:
+    from .driver import compile
+    shapes = dict(parse_input_shape(t) for t in args.input or [])
+    tuning = None
+    if args.tune_trials or args.tune_seconds:
+        tuning = {"trials": args.tune_trials, "seconds": args.tune_seconds, "records": args.records}
+    art = compile(args.model, input_shapes=shapes, target=args.target, opt_level=args.opt_level,
+                  tuning=tuning)
+    art.save(args.output)
+    stats = art.meta["stats"]
+    print(f"compiled {len(art.meta['kernels'])} kernels in {stats['compile_seconds']:.2f}s -> "
+          f"{args.output} (arena {stats['arena_bytes'] / 2**20:.1f} MiB, "
+          f"weights {stats['weights_bytes'] / 2**20:.1f} MiB)")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .runtime.feeds import load_feeds
+    from .runtime.loaded_model import load
+    model = load(args.artifact)
+    outputs = model.run(load_feeds(args.inputs))
+    np.savez(args.out, **outputs)
+    print(f"wrote {', '.join(outputs)} to {args.out}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from .runtime.benchmark import compare
+    from .runtime.feeds import load_feeds
+    feeds = load_feeds(args.inputs) if args.inputs else None
+    result = compare(args.artifact, args.model, feeds, threads=args.threads, warmup=args.warmup,
+                     min_runs=args.runs, max_seconds=args.seconds)
+    if args.json:
+        for side in ("compiled", "onnxruntime"):
+            result[side].pop("samples_ms")
+        print(json.dumps(result))
+        return 0
+    for side in ("compiled", "onnxruntime"):
+        s = result[side]
+        print(f"{side:12s} median {s['median_ms']:9.3f} ms  p90 {s['p90_ms']:9.3f} ms  "
+              f"({s['runs']} runs)")
+    print(f"speedup {result['speedup']:.2f}x  max_abs_err {result['max_abs_err']:.3g}  "
+          f"allclose {result['allclose']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m compiler_core", description="Tensorforge compiler")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("inspect", help="show a model's inputs, outputs and ops")
+    p.add_argument("model")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_inspect)
+    p = sub.add_parser("compile", help="compile a model into an artifact directory")
+    p.add_argument("model")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--input", action="append", metavar="NAME=1x3x224x224")
+    p.add_argument("--target", default="native")
+    p.add_argument("--opt-level", type=int, default=3, choices=[0, 1, 2, 3])
+    p.add_argument("--tune-trials", type=int)
+    p.add_argument("--tune-seconds", type=float)
+    p.add_argument("--records")
+    p.set_defaults(fn=cmd_compile)
+    p = sub.add_parser("run", help="run an artifact on inputs from an .npz file")
+    p.add_argument("artifact")
+    p.add_argument("--inputs", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("bench", help="time an artifact against ONNX Runtime")
+    p.add_argument("artifact")
+    p.add_argument("--model", required=True)
+    p.add_argument("--inputs")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--runs", type=int, default=10, help="minimum timed runs")
+    p.add_argument("--seconds", type=float, default=5.0, help="keep timing up to this long")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_bench)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (CompileError, RuntimeInputError, UsageError, LinkError, FileNotFoundError, ValueError,
+            KeyError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

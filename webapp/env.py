@@ -1,0 +1,79 @@
+"""Typed helpers that read settings from the environment (one place, one style)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+TRUE = {"1", "true", "yes", "on"}
+FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in TRUE:
+        return True
+    if value in FALSE:
+        return False
+    raise ValueError(f"environment variable {name}={raw!r} is not a boolean (use 1/0)")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not a number") from None
+
+
+def env_list(name: str, default: list[str] | None = None) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return list(default or [])
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def database_from_url(url: str, sqlite_path: Path) -> dict:
+    """DATABASE_URL (postgres://user:pass@host:port/db) -> Django DATABASES entry.
+
+    Without a URL the embedded stack uses SQLite under ./var/.
+    """
+    if not url:
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(sqlite_path),
+                "OPTIONS": {"timeout": 20}}
+    parsed = urlparse(url)
+    if parsed.scheme not in ("postgres", "postgresql", "sqlite"):
+        raise ValueError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported "
+                         "(use postgres://... or sqlite:///path)")
+    if parsed.scheme == "sqlite":
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": parsed.path or str(sqlite_path),
+                "OPTIONS": {"timeout": 20}}
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parsed.path.lstrip("/")),
+        "USER": unquote(parsed.username or ""),
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": parsed.hostname or "",
+        "PORT": str(parsed.port or ""),
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+    }

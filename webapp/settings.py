@@ -1,0 +1,144 @@
+"""Django settings, all read from the environment (see .env.example at the repository root).
+
+Without DATABASE_URL, REDIS_URL and S3_ENDPOINT_URL the embedded stack (`make run`) supplies
+SQLite, a local Redis and a local SeaweedFS; with them the same code runs on PostgreSQL, an
+external Redis and real S3/MinIO.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .env import database_from_url, env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("TENSORFORGE_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG and not env_bool("DJANGO_ALLOW_INSECURE_KEY", False):
+        raise RuntimeError("DJANGO_SECRET_KEY is not set (make run generates one under var/)")
+    SECRET_KEY = "insecure-development-key-" + "x" * 40
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+# HTTPS hardening: on by default outside DEBUG; the embedded stack serves plain HTTP on
+# 127.0.0.1 and turns it off with DJANGO_HTTPS=0.
+HTTPS = env_bool("DJANGO_HTTPS", not DEBUG)
+SECURE_SSL_REDIRECT = HTTPS
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 31536000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
+SECURE_HSTS_PRELOAD = HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "webapp.accounts",
+    "webapp.jobs",
+    "webapp.api",
+    "webapp.console",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "webapp.api.middleware.JsonErrorsForApiMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+WSGI_APPLICATION = "webapp.wsgi.application"
+TEMPLATES = [{
+    "BACKEND": "django.template.backends.django.DjangoTemplates",
+    "DIRS": [BASE_DIR / "templates"],
+    "APP_DIRS": True,
+    "OPTIONS": {"context_processors": [
+        "django.template.context_processors.request",
+        "django.contrib.auth.context_processors.auth",
+        "django.contrib.messages.context_processors.messages",
+    ]},
+}]
+
+DATABASES = {"default": database_from_url(env_str("DATABASE_URL"), VAR_DIR / "tensorforge.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+# Serve straight from static/ so the embedded stack needs no collectstatic step.
+WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", True)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+
+# --- uploads
+MAX_MODEL_BYTES = env_int("TENSORFORGE_MAX_MODEL_BYTES", 256 * 2**20)
+FILE_UPLOAD_MAX_MEMORY_SIZE = 4 * 2**20   # larger uploads spool to a temporary file
+DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 2**20   # non-file bodies (JSON) stay small
+
+# --- broker and workers
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+JOB_SOFT_TIME_LIMIT = env_int("TENSORFORGE_JOB_SOFT_TIME_LIMIT", 1800)
+JOB_HARD_TIME_LIMIT = env_int("TENSORFORGE_JOB_HARD_TIME_LIMIT", 1900)
+JOB_MAX_ATTEMPTS = env_int("TENSORFORGE_JOB_MAX_ATTEMPTS", 3)
+# a running job whose worker has not written a heartbeat for this long is failed by the reaper
+JOB_HEARTBEAT_TIMEOUT = env_int("TENSORFORGE_JOB_HEARTBEAT_TIMEOUT", 120)
+REAPER_INTERVAL = env_float("TENSORFORGE_REAPER_INTERVAL", 30.0)
+
+# --- the sandboxed child processes (compile and benchmark)
+SANDBOX_COMPILE_TIMEOUT = env_int("TENSORFORGE_COMPILE_TIMEOUT", 900)
+SANDBOX_BENCH_TIMEOUT = env_int("TENSORFORGE_BENCH_TIMEOUT", 300)
+SANDBOX_MEMORY_MB = env_int("TENSORFORGE_SANDBOX_MEMORY_MB", 8192)
+BENCH_MAX_SECONDS = env_float("TENSORFORGE_BENCH_MAX_SECONDS", 10.0)
+BENCH_MIN_RUNS = env_int("TENSORFORGE_BENCH_MIN_RUNS", 10)
+WORK_DIR = Path(env_str("TENSORFORGE_WORK_DIR", str(VAR_DIR / "work")))
+
+# --- object storage (always through boto3's S3 API)
+S3_ENDPOINT_URL = env_str("S3_ENDPOINT_URL", "http://127.0.0.1:8333")
+S3_PUBLIC_ENDPOINT_URL = env_str("S3_PUBLIC_ENDPOINT_URL", "")  # what browsers can reach
+S3_BUCKET = env_str("S3_BUCKET", "tensorforge")
+S3_REGION = env_str("S3_REGION", "us-east-1")
+S3_ACCESS_KEY_ID = env_str("S3_ACCESS_KEY_ID", env_str("AWS_ACCESS_KEY_ID", "tensorforge"))
+S3_SECRET_ACCESS_KEY = env_str("S3_SECRET_ACCESS_KEY",
+                               env_str("AWS_SECRET_ACCESS_KEY", "tensorforge-secret"))
+S3_PRESIGN_SECONDS = env_int("S3_PRESIGN_SECONDS", 300)
+S3_RETRIES = env_int("S3_RETRIES", 4)
+S3_RETRY_BACKOFF = env_float("S3_RETRY_BACKOFF", 0.5)
+S3_CONNECT_TIMEOUT = env_float("S3_CONNECT_TIMEOUT", 5.0)
+
+API_PAGE_SIZE = env_int("API_PAGE_SIZE", 20)
