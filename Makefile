@@ -24,7 +24,7 @@ test-slow: setup
 
 # all 1884 ONNX conformance cases, against the expected-failure list
 test-conformance: setup
-	$(PY) -m pytest -m conformance_full tests/compiler_core/test_conformance.py
+	$(PY) -m pytest -m "not slow" tests/compiler_core/test_conformance.py
 
 conformance-report: setup
 	$(PY) -m tests.conformance --jobs 2

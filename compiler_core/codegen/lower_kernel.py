@@ -90,8 +90,21 @@ class KernelLowering:
         self.stmts(s.body)
         nxt = b.add(i, ir.Constant(I64, 1), flags=("nsw",))
         i.add_incoming(nxt, b.block)
-        b.branch(header)
+        latch = b.branch(header)
+        if s.kind == "scalar":
+            latch.set_metadata("llvm.loop", self.no_vectorize_loop_id())
         b.position_at_end(exit_)
+
+    def no_vectorize_loop_id(self) -> ir.MDValue:
+        """A distinct, self-referencing loop ID (as LLVM requires) that disables vectorizing."""
+        m = self.module
+        hints = [m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.width"),
+                                 ir.Constant(I32, 1)]),
+                 m.add_metadata([ir.MetaDataString(m, "llvm.loop.interleave.count"),
+                                 ir.Constant(I32, 1)])]
+        loop_id = ir.values.MDValue(m, [], name=str(len(m.metadata)))
+        loop_id.operands = (loop_id, *hints)
+        return loop_id
 
     def s_Store(self, s: L.Store):
         ptr = self.address(s.buf, s.index)

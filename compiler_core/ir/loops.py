@@ -186,7 +186,9 @@ class For:
     start: Expr
     stop: Expr
     body: list
-    kind: str = "serial"  # serial | vector | unroll | parallel
+    # serial | vector | unroll | parallel; "scalar": LLVM must not vectorize or interleave
+    # this loop (its body is already a register tile that the SLP vectorizer packs)
+    kind: str = "serial"
 
 
 @dataclass(eq=False)

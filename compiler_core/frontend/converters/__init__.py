@@ -1,2 +1,3 @@
 """Importing this package registers every ONNX converter."""
 from . import elementwise  # noqa: F401
+from . import tensor  # noqa: F401
