@@ -61,6 +61,7 @@ class KernelLowering:
         self.b = ir.IRBuilder(body)
         self.vars: dict[int, ir.Value] = {}
         self.locals: dict[int, ir.Value] = {}
+        self.memo: dict[int, tuple] = {}
 
     def lower(self) -> ir.Function:
         self.stmts(self.kernel.body)
@@ -71,6 +72,7 @@ class KernelLowering:
     # ------------------------------------------------------------ statements
     def stmts(self, body):
         for s in body:
+            self.memo = {}
             getattr(self, "s_" + type(s).__name__)(s)
 
     def s_For(self, s: L.For):
@@ -139,7 +141,12 @@ class KernelLowering:
                           source_etype=mem_type(buf.dtype))
 
     def expr(self, e: L.Expr) -> ir.Value:
-        return getattr(self, "e_" + type(e).__name__)(e)
+        # Expressions are trees that share subtrees (x in x*sigmoid(x)); within one statement
+        # they are straight-line code, so each shared subtree is emitted once.
+        key = id(e)
+        if key not in self.memo:
+            self.memo[key] = (e, getattr(self, "e_" + type(e).__name__)(e))
+        return self.memo[key][1]
 
     def e_Const(self, e: L.Const):
         return ir.Constant(llvm_type(e.dtype), e.value if e.dtype != np.bool_ else int(e.value))

@@ -7,6 +7,7 @@ from ..ir import Graph
 from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .finalize_outputs import finalize_outputs
+from .fuse_elementwise import fuse_elementwise
 
 Pass = Callable[[Graph], Graph]
 
@@ -15,7 +16,7 @@ PIPELINES: dict[str, list[Pass]] = {
     "O1": [eliminate_dead_code, eliminate_common_subexpressions, finalize_outputs,
            eliminate_dead_code],
 }
-PIPELINES["O2"] = PIPELINES["O1"]
+PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise]
 PIPELINES["O3"] = PIPELINES["O2"]
 
 

@@ -1,0 +1,327 @@
+"""Reductions, ArgMax/ArgMin, TopK and the Softmax family.
+
+Reduce* loop order: when some kept axes come after the last reduced axis, the partial
+results of those trailing ("inner") axes are accumulated in the output itself, so the
+innermost loop runs over contiguous memory in both tensors and LLVM vectorizes it.
+Otherwise each output element gets a register accumulator and the innermost loop is a
+contiguous horizontal reduction (vectorized thanks to the `reassoc` float flag).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..ir.loops import Const, Expr, as_expr, call, cast, maximum, minimum, select
+from .registry import lowering
+
+
+# ---------------------------------------------------------------- Reduce*
+
+@dataclass(frozen=True)
+class Reducer:
+    init: Callable[[np.dtype], object]     # identity of `combine`
+    pre: Callable[[Expr], Expr]            # applied to every element
+    combine: Callable[[Expr, Expr], Expr]
+    post: Callable[[Expr, int], Expr]      # (accumulator, element count) -> result
+
+
+def _lowest(dt):
+    if dt.kind == "f":
+        return -math.inf
+    return False if dt == np.bool_ else np.iinfo(dt).min
+
+
+def _highest(dt):
+    if dt.kind == "f":
+        return math.inf
+    return True if dt == np.bool_ else np.iinfo(dt).max
+
+
+def _add(a, b):
+    return a + b
+
+
+def _same(e, *_):
+    return e
+
+
+def _square(e):
+    return e * e
+
+
+REDUCERS = {
+    "ReduceSum": Reducer(lambda dt: 0, _same, _add, _same),
+    "ReduceMean": Reducer(lambda dt: 0, _same, _add, lambda acc, n: acc / as_expr(n, acc.dtype)),
+    "ReduceMax": Reducer(_lowest, _same, maximum, _same),
+    "ReduceMin": Reducer(_highest, _same, minimum, _same),
+    "ReduceProd": Reducer(lambda dt: 1, _same, lambda a, b: a * b, _same),
+    "ReduceL1": Reducer(lambda dt: 0, lambda e: call("abs", e), _add, _same),
+    "ReduceL2": Reducer(lambda dt: 0, _square, _add, lambda acc, n: call("sqrt", acc)),
+    "ReduceLogSum": Reducer(lambda dt: 0, _same, _add, lambda acc, n: call("log", acc)),
+    "ReduceSumSquare": Reducer(lambda dt: 0, _square, _add, _same),
+}
+
+
+def accumulator_dtype(dt: np.dtype) -> np.dtype:
+    """float16 sums lose too much precision; accumulate them in float32."""
+    return np.dtype(np.float32) if dt == np.float16 else dt
+
+
+def _output_index(full_idx, axes, keepdims):
+    if keepdims:
+        return tuple(Const(0) if d in axes else i for d, i in enumerate(full_idx))
+    return tuple(i for d, i in enumerate(full_idx) if d not in axes)
+
+
+def _merge(shape_rank, axes_idx: dict, rest: list) -> tuple:
+    """Full index from the reduced axes' indices (by axis) and the others' in order."""
+    rest = iter(rest)
+    return tuple(axes_idx[d] if d in axes_idx else next(rest) for d in range(shape_rank))
+
+
+@lowering("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+          "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+def lower_reduce(node, kb, ins, outs):
+    x, y = ins[0], outs[0]
+    axes, keepdims = node.attrs["axes"], node.attrs["keepdims"]
+    inner = _trailing_kept_axes(len(x.shape), axes)
+    inner_size = int(np.prod([x.shape[d] for d in inner], dtype=np.int64))
+    if node.op == "ReduceLogSumExp":
+        _reduce_log_sum_exp(kb, x, y, axes, keepdims)
+    elif inner_size > 1 and accumulator_dtype(x.dtype) == x.dtype:
+        _reduce_into_output(kb, REDUCERS[node.op], x, y, axes, keepdims, inner)
+    else:
+        _reduce_with_accumulator(kb, REDUCERS[node.op], x, y, axes, keepdims)
+
+
+def _trailing_kept_axes(rank, axes) -> list[int]:
+    last_reduced = max(axes, default=rank - 1)
+    return list(range(last_reduced + 1, rank))
+
+
+def _reduce_with_accumulator(kb, red: Reducer, x, y, axes, keepdims):
+    acc_dt = accumulator_dtype(x.dtype)
+    kept = [d for d in range(len(x.shape)) if d not in axes]
+    count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+    with kb.loops([x.shape[d] for d in kept]) as kidx:
+        acc = kb.local(acc_dt, red.init(acc_dt))
+        with kb.loops([x.shape[d] for d in axes]) as ridx:
+            full = _merge(len(x.shape), dict(zip(axes, ridx)), list(kidx))
+            kb.set(acc, red.combine(kb.get(acc), red.pre(cast(x[full], acc_dt))))
+        full = _merge(len(x.shape), {d: Const(0) for d in axes}, list(kidx))
+        kb.store(y, _output_index(full, axes, keepdims), cast(red.post(kb.get(acc), count), y.dtype))
+
+
+def _reduce_into_output(kb, red: Reducer, x, y, axes, keepdims, inner):
+    rank = len(x.shape)
+    outer = [d for d in range(rank) if d not in axes and d not in inner]
+    count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+
+    def inner_loop(oidx, ridx):
+        """Yields (x index, y index) over the inner axes for fixed outer/reduced indices."""
+        return _InnerLoop(kb, x, rank, axes, keepdims, inner, outer, oidx, ridx)
+
+    with kb.loops([x.shape[d] for d in outer]) as oidx:
+        zeros = [Const(0)] * len(axes)
+        with inner_loop(oidx, zeros) as (_, yi):
+            kb.store(y, yi, as_expr(red.init(y.dtype), y.dtype))
+        with kb.loops([x.shape[d] for d in axes]) as ridx:
+            with inner_loop(oidx, ridx) as (xi, yi):
+                kb.store(y, yi, red.combine(y[yi], red.pre(x[xi])))
+        with inner_loop(oidx, zeros) as (_, yi):
+            kb.store(y, yi, red.post(y[yi], count))
+
+
+class _InnerLoop:
+    def __init__(self, kb, x, rank, axes, keepdims, inner, outer, oidx, ridx):
+        self.kb, self.x, self.rank = kb, x, rank
+        self.axes, self.keepdims, self.inner = axes, keepdims, inner
+        self.outer, self.oidx, self.ridx = outer, oidx, ridx
+
+    def __enter__(self):
+        self._ctx = self.kb.loops([self.x.shape[d] for d in self.inner])
+        iidx = self._ctx.__enter__()
+        by_axis = dict(zip(self.axes, self.ridx)) | dict(zip(self.outer, self.oidx))
+        by_axis |= dict(zip(self.inner, iidx))
+        full = tuple(by_axis[d] for d in range(self.rank))
+        return full, _output_index(full, self.axes, self.keepdims)
+
+    def __exit__(self, *exc):
+        return self._ctx.__exit__(*exc)
+
+
+def _reduce_log_sum_exp(kb, x, y, axes, keepdims):
+    """log(sum(exp(x - m))) + m with m the largest finite element: exp never overflows."""
+    acc_dt = accumulator_dtype(x.dtype)
+    kept = [d for d in range(len(x.shape)) if d not in axes]
+    with kb.loops([x.shape[d] for d in kept]) as kidx:
+        m = kb.local(acc_dt, -math.inf)
+        with kb.loops([x.shape[d] for d in axes]) as ridx:
+            v = cast(x[_merge(len(x.shape), dict(zip(axes, ridx)), list(kidx))], acc_dt)
+            kb.set(m, select(call("isinf", v), kb.get(m), maximum(kb.get(m), v)))
+        shift = kb.local(acc_dt, select(call("isinf", kb.get(m)), as_expr(0, acc_dt), kb.get(m)))
+        s = kb.local(acc_dt, 0)
+        with kb.loops([x.shape[d] for d in axes]) as ridx:
+            v = cast(x[_merge(len(x.shape), dict(zip(axes, ridx)), list(kidx))], acc_dt)
+            kb.set(s, kb.get(s) + call("exp", v - kb.get(shift)))
+        full = _merge(len(x.shape), {d: Const(0) for d in axes}, list(kidx))
+        result = call("log", kb.get(s)) + kb.get(shift)
+        kb.store(y, _output_index(full, axes, keepdims), cast(result, y.dtype))
+
+
+# ---------------------------------------------------------------- ArgMax / ArgMin
+
+def _insert_axis(idx, axis, i) -> tuple:
+    return (*idx[:axis], i, *idx[axis:])
+
+
+@lowering("ArgMax", "ArgMin")
+def lower_arg_reduce(node, kb, ins, outs):
+    x, y = ins[0], outs[0]
+    axis, keepdims = node.attrs["axis"], node.attrs["keepdims"]
+    last = node.attrs["select_last_index"]
+    rest = [n for d, n in enumerate(x.shape) if d != axis]
+    with kb.loops(rest) as idx:
+        best = kb.local(x.dtype, x[_insert_axis(idx, axis, Const(0))], "best")
+        where = kb.local(np.int64, 0, "where")
+        with kb.loop(x.shape[axis], start=1) as j:
+            v = x[_insert_axis(idx, axis, j)]
+            b = kb.get(best)
+            if node.op == "ArgMax":
+                wins = (v >= b) if last else (v > b)
+            else:
+                wins = (v <= b) if last else (v < b)
+            with kb.if_(wins):
+                kb.set(best, v)
+                kb.set(where, j)
+        out_idx = _insert_axis(idx, axis, Const(0)) if keepdims else idx
+        kb.store(y, out_idx, kb.get(where))
+
+
+# ---------------------------------------------------------------- TopK
+
+@lowering("TopK")
+def lower_topk(node, kb, ins, outs):
+    """Insertion into a sorted list of k in each output row (stable: ties keep input order).
+
+    An element is inserted only if it beats the current k-th best, so the common cost is one
+    comparison per element; each insertion shifts at most k entries.
+    """
+    x, values, indices = ins[0], outs[0], outs[1]
+    axis, k = node.attrs["axis"], node.attrs["k"]
+    if k == 0:
+        return
+
+    def beats(a, b):
+        return a > b if node.attrs["largest"] else a < b
+
+    rest = [n for d, n in enumerate(x.shape) if d != axis]
+    with kb.loops(rest) as idx:
+        at = lambda p: _insert_axis(idx, axis, p)  # noqa: E731 (index in an output row)
+        count = kb.local(np.int64, 0, "count")
+        with kb.loop(x.shape[axis]) as j:
+            v = x[at(j)]
+            full = kb.get(count) >= k
+            with kb.if_(~(full & ~beats(v, values[at(Const(k - 1))]))):
+                pos = kb.local(np.int64, 0, "pos")
+                with kb.loop(k) as p:
+                    stays_ahead = (p < kb.get(count)) & ~beats(v, values[at(p)])
+                    kb.set(pos, kb.get(pos) + select(stays_ahead, 1, 0))
+                with kb.loop(k - 1) as r:
+                    p = Const(k - 1) - r
+                    with kb.if_(p > kb.get(pos)):
+                        kb.store(values, at(p), values[at(p - 1)])
+                        kb.store(indices, at(p), indices[at(p - 1)])
+                kb.store(values, at(kb.get(pos)), v)
+                kb.store(indices, at(kb.get(pos)), j)
+                kb.set(count, minimum(kb.get(count) + 1, Const(k)))
+
+
+# ---------------------------------------------------------------- Softmax family
+
+def _extent(shape, axis, coerce_2d):
+    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    if coerce_2d:
+        return outer, int(np.prod(shape[axis:], dtype=np.int64)), 1
+    return outer, shape[axis], int(np.prod(shape[axis + 1:], dtype=np.int64))
+
+
+@lowering("Softmax", "LogSoftmax")
+def lower_softmax(node, kb, ins, outs):
+    x, y = ins[0], outs[0]
+    outer, n, inner = _extent(x.shape, node.attrs["axis"], node.attrs["coerce_2d"])
+    log = node.op == "LogSoftmax"
+    with kb.loop(outer) as o:
+        if inner == 1:
+            _softmax_row(kb, x, y, o * n, n, log)
+        else:
+            _softmax_columns(kb, x, y, outs[1], outs[2], o * n * inner, n, inner, log)
+
+
+def _softmax_row(kb, x, y, base, n, log):
+    dt = accumulator_dtype(x.dtype)
+    load = lambda a: cast(x.flat(base + a), dt)  # noqa: E731
+    m = kb.local(dt, -math.inf, "max")
+    with kb.loop(n) as a:
+        kb.set(m, maximum(kb.get(m), load(a)))
+    s = kb.local(dt, 0, "sum")
+    with kb.loop(n) as a:
+        e = call("exp", load(a) - kb.get(m))
+        if not log:
+            kb.store(y, base + a, cast(e, y.dtype))
+        kb.set(s, kb.get(s) + e)
+    if log:
+        shift = kb.local(dt, kb.get(m) + call("log", kb.get(s)), "shift")
+        with kb.loop(n) as a:
+            kb.store(y, base + a, cast(load(a) - kb.get(shift), y.dtype))
+    else:
+        scale = kb.local(dt, as_expr(1, dt) / kb.get(s), "scale")
+        with kb.loop(n) as a:
+            kb.store(y, base + a, cast(cast(y.flat(base + a), dt) * kb.get(scale), y.dtype))
+
+
+def _softmax_columns(kb, x, y, m, s, base, n, inner, log):
+    """Normalise along a strided axis: per-column max and sum live in the scratch rows m, s,
+    and every loop runs over contiguous columns."""
+    dt = m.dtype
+    at = lambda a, i: base + a * inner + i  # noqa: E731
+    with kb.loop(inner) as i:
+        kb.store(m, i, as_expr(-math.inf, dt))
+        kb.store(s, i, as_expr(0, dt))
+    with kb.loop(n) as a, kb.loop(inner) as i:
+        kb.store(m, i, maximum(m[i], cast(x.flat(at(a, i)), dt)))
+    with kb.loop(n) as a, kb.loop(inner) as i:
+        e = call("exp", cast(x.flat(at(a, i)), dt) - m[i])
+        if not log:
+            kb.store(y, at(a, i), cast(e, y.dtype))
+        kb.store(s, i, s[i] + e)
+    if log:
+        with kb.loop(inner) as i:
+            kb.store(m, i, m[i] + call("log", s[i]))
+        with kb.loop(n) as a, kb.loop(inner) as i:
+            kb.store(y, at(a, i), cast(cast(x.flat(at(a, i)), dt) - m[i], y.dtype))
+    else:
+        with kb.loop(inner) as i:
+            kb.store(s, i, as_expr(1, dt) / s[i])
+        with kb.loop(n) as a, kb.loop(inner) as i:
+            kb.store(y, at(a, i), cast(cast(y.flat(at(a, i)), dt) * s[i], y.dtype))
+
+
+@lowering("Hardmax")
+def lower_hardmax(node, kb, ins, outs):
+    x, y = ins[0], outs[0]
+    outer, n, inner = _extent(x.shape, node.attrs["axis"], node.attrs["coerce_2d"])
+    with kb.loop(outer) as o, kb.loop(inner) as i:
+        at = lambda a: (o * n + a) * inner + i  # noqa: E731
+        best = kb.local(x.dtype, x.flat(at(Const(0))), "best")
+        where = kb.local(np.int64, 0, "where")
+        with kb.loop(n, start=1) as a:
+            with kb.if_(x.flat(at(a)) > kb.get(best)):
+                kb.set(best, x.flat(at(a)))
+                kb.set(where, a)
+        with kb.loop(n) as a:
+            one = select(a.eq(kb.get(where)), as_expr(1, y.dtype), as_expr(0, y.dtype))
+            kb.store(y, at(a), one)
