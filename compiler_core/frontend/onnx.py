@@ -94,8 +94,17 @@ class Importer:
     def run(self, graph: onnx.GraphProto, input_shapes: dict) -> Graph:
         inputs = self._graph_inputs(graph, input_shapes)
         self.convert_nodes(graph)
-        outputs = [self.lookup(o.name) for o in graph.output]
+        outputs = [self._named_output(o.name) for o in graph.output]
         return Graph(inputs, outputs, self.nodes, name=graph.name or "model", opset=self.opset)
+
+    def _named_output(self, name: str) -> Value:
+        """Graph outputs keep their ONNX names, also when a converter returned an existing
+        Value (an input, a constant, or its own input for no-op ops such as Identity)."""
+        v = self.lookup(name)
+        if v.name == name:
+            return v
+        self.node = None
+        return self.emit("Copy", [v], [(v.shape, v.dtype)], names=[name])[0]
 
     def _graph_inputs(self, graph, input_shapes) -> list[Value]:
         for t in graph.initializer:

@@ -8,6 +8,7 @@ contiguous horizontal reduction (vectorized thanks to the `reassoc` float flag).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -116,41 +117,28 @@ def _reduce_with_accumulator(kb, red: Reducer, x, y, axes, keepdims):
 
 
 def _reduce_into_output(kb, red: Reducer, x, y, axes, keepdims, inner):
-    rank = len(x.shape)
-    outer = [d for d in range(rank) if d not in axes and d not in inner]
+    outer = [d for d in range(len(x.shape)) if d not in axes and d not in inner]
     count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
-
-    def inner_loop(oidx, ridx):
-        """Yields (x index, y index) over the inner axes for fixed outer/reduced indices."""
-        return _InnerLoop(kb, x, rank, axes, keepdims, inner, outer, oidx, ridx)
-
+    first = {d: Const(0) for d in axes}
     with kb.loops([x.shape[d] for d in outer]) as oidx:
-        zeros = [Const(0)] * len(axes)
-        with inner_loop(oidx, zeros) as (_, yi):
+        fixed = dict(zip(outer, oidx))
+        with _inner_loops(kb, x, axes, keepdims, fixed | first) as (_, yi):
             kb.store(y, yi, as_expr(red.init(y.dtype), y.dtype))
         with kb.loops([x.shape[d] for d in axes]) as ridx:
-            with inner_loop(oidx, ridx) as (xi, yi):
+            with _inner_loops(kb, x, axes, keepdims, fixed | dict(zip(axes, ridx))) as (xi, yi):
                 kb.store(y, yi, red.combine(y[yi], red.pre(x[xi])))
-        with inner_loop(oidx, zeros) as (_, yi):
+        with _inner_loops(kb, x, axes, keepdims, fixed | first) as (_, yi):
             kb.store(y, yi, red.post(y[yi], count))
 
 
-class _InnerLoop:
-    def __init__(self, kb, x, rank, axes, keepdims, inner, outer, oidx, ridx):
-        self.kb, self.x, self.rank = kb, x, rank
-        self.axes, self.keepdims, self.inner = axes, keepdims, inner
-        self.outer, self.oidx, self.ridx = outer, oidx, ridx
-
-    def __enter__(self):
-        self._ctx = self.kb.loops([self.x.shape[d] for d in self.inner])
-        iidx = self._ctx.__enter__()
-        by_axis = dict(zip(self.axes, self.ridx)) | dict(zip(self.outer, self.oidx))
-        by_axis |= dict(zip(self.inner, iidx))
-        full = tuple(by_axis[d] for d in range(self.rank))
-        return full, _output_index(full, self.axes, self.keepdims)
-
-    def __exit__(self, *exc):
-        return self._ctx.__exit__(*exc)
+@contextlib.contextmanager
+def _inner_loops(kb, x, axes, keepdims, fixed: dict):
+    """Loops over the axes not in `fixed` (the trailing kept ones); yields the x and y index."""
+    free = [d for d in range(len(x.shape)) if d not in fixed]
+    with kb.loops([x.shape[d] for d in free]) as iidx:
+        by_axis = fixed | dict(zip(free, iidx))
+        full = tuple(by_axis[d] for d in range(len(x.shape)))
+        yield full, _output_index(full, axes, keepdims)
 
 
 def _reduce_log_sum_exp(kb, x, y, axes, keepdims):

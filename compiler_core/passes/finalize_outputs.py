@@ -10,7 +10,7 @@ def finalize_outputs(graph: Graph) -> Graph:
     outputs, nodes = [], list(graph.nodes)
     for v in graph.outputs:
         if v in seen or v not in produced or v in graph.inputs:
-            copy = Value(f"{v.name}_out", v.shape, v.dtype)
+            copy = Value(v.name, v.shape, v.dtype)  # callers look outputs up by name
             nodes.append(Node("Copy", [v], [copy], {}, f"output {v.name}"))
             v = copy
         seen.add(v)

@@ -1,0 +1,128 @@
+"""Convolution as an implicit GEMM over a prepared input (see frontend/converters/nn.py).
+
+`ConvPad` pads the input and splits it into stride phases:
+    xq[n, c, ph_1..ph_r, q_1..q_r] = x[n, c, q_i * s_i + ph_i - pad_i]   (0 outside x)
+after which every kernel tap reads a *contiguous* run of xq whatever the stride, at a
+constant offset `koff[k]` (k = input channel and tap). So for one image and one group
+
+    Y[m, p] = sum_k W[m, k] * xq[koff[k] + p]
+
+is a GEMM whose B rows are windows of xq: p walks the q grid row-major, so the outputs of
+one row are followed by (Q_last - O_last) "wide" columns that are computed and thrown
+away; that waste is what buys unit stride without bounds checks. When there is no waste
+the tiles store straight into Y, otherwise into a scratch (OC, P) buffer that is cropped.
+Bias and a fused activation are applied on the way into Y.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from ..ir.loops import as_expr
+from .matmul import GemmShape, apply_activation, emit_gemm
+from .registry import lowering
+
+
+def grid_strides(shape) -> list[int]:
+    return [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
+
+
+def wide_size(out_spatial, q_spatial) -> int:
+    """Columns of the wide output: up to and including the last real output position."""
+    return sum((o - 1) * s for o, s in zip(out_spatial, grid_strides(q_spatial))) + 1
+
+
+@lowering("ConvPad")
+def lower_conv_pad(node, kb, ins, outs):
+    x, xq = ins[0], outs[0]
+    strides, pads = node.attrs["strides"], node.attrs["pads_begin"]
+    rank = len(strides)
+    q_shape = xq.shape[-rank:]
+    with kb.loop(xq.size, name="z") as i:
+        kb.store_flat(xq, i, as_expr(0.0, xq.dtype))
+    for phase in itertools.product(*[range(s) for s in strides]):
+        _copy_phase(kb, x, xq, phase, strides, pads, q_shape)
+
+
+def _copy_phase(kb, x, xq, phase, strides, pads, q_shape):
+    """The q range of each dim whose source row q*s + ph - pad lies inside x is static."""
+    in_spatial = x.shape[2:]
+    lo = [max(0, math.ceil((p - ph) / s)) for p, ph, s in zip(pads, phase, strides)]
+    hi = [min(q, math.ceil((n + p - ph) / s))
+          for q, n, p, ph, s in zip(q_shape, in_spatial, pads, phase, strides)]
+    if any(a >= b for a, b in zip(lo, hi)):
+        return
+    N, C = x.shape[:2]
+    with kb.loops((N, C)) as (n, c):
+        with kb.loops([b - a for a, b in zip(lo, hi)]) as rel:
+            q = [r + a for r, a in zip(rel, lo)]
+            src = tuple(qi * s + ph - p for qi, s, ph, p in zip(q, strides, phase, pads))
+            kb.store(xq, (n, c, *[as_expr(ph) for ph in phase], *q), x[(n, c, *src)])
+
+
+@lowering("Conv")
+def lower_conv(node, kb, ins, outs):
+    xq, w, bias, koff = ins
+    y, wide = outs[0], (outs[1] if len(outs) > 1 else None)
+    group, act = node.attrs["group"], node.attrs.get("activation")
+    N, C = xq.shape[:2]
+    OC, out_spatial = y.shape[1], y.shape[2:]
+    rank = len(out_spatial)
+    q_shape = xq.shape[-rank:]
+    P = wide_size(out_spatial, q_shape)
+    icg, ocg, kred = C // group, OC // group, koff.shape[0]
+    chan = int(np.prod(xq.shape[2:], dtype=np.int64))
+
+    def epilogue(oc, value):
+        if bias is not None:
+            value = value + bias[oc]
+        return apply_activation(act, value)
+
+    with kb.loop(N, name="n") as n:
+        with kb.loop(group, name="g") as g:
+            x_base = (n * C + g * icg) * chan
+            row0 = g * ocg
+
+            def load_b(k, p):
+                return xq.flat(x_base + koff[k] + p)
+
+            def store(m, p, acc):
+                if wide is None:
+                    kb.store_flat(y, (n * OC + row0 + m) * P + p, epilogue(row0 + m, acc))
+                else:
+                    kb.store_flat(wide, (row0 + m) * P + p, acc)
+
+            emit_gemm(kb, GemmShape(ocg, P, kred),
+                      lambda m0, i, k: w.flat((row0 + m0 + i) * kred + k), load_b, store, y.dtype)
+        if wide is not None:
+            _crop(kb, y, wide, n, q_shape, epilogue)
+
+
+def _crop(kb, y, wide, n, q_shape, epilogue):
+    """Copy the real outputs of image n out of the wide buffer, adding bias/activation."""
+    OC, out_spatial = y.shape[1], y.shape[2:]
+    qstr = grid_strides(q_shape)
+    P = wide.shape[1]
+    with kb.loop(OC, name="oc") as oc:
+        with kb.loops(out_spatial) as o:
+            src = sum((oi * s for oi, s in zip(o, qstr)), as_expr(0))
+            kb.store(y, (n, oc, *o), epilogue(oc, wide.flat(oc * P + src)))
+
+
+def conv_tap_offsets(in_channels, kernel, dilations, strides, q_shape) -> np.ndarray:
+    """koff[k] for k = (ic, tap...) in W's layout: where that tap's window starts in xq."""
+    qstr = grid_strides(q_shape)
+    plane = int(np.prod(q_shape, dtype=np.int64))
+    phases = grid_strides(strides)
+    chan = plane * int(np.prod(strides, dtype=np.int64))
+    offs = []
+    for ic in range(in_channels):
+        for tap in itertools.product(*[range(k) for k in kernel]):
+            off = ic * chan
+            for t, d, s, ps, qs in zip(tap, dilations, strides, phases, qstr):
+                shift, phase = divmod(t * d, s)
+                off += phase * ps * plane + shift * qs
+            offs.append(off)
+    return np.asarray(offs, np.int64)
