@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | md5sum | cut -c1-12)
 
-.PHONY: setup test test-slow test-conformance test-public-models conformance-report bench clean
+.PHONY: run setup test test-slow test-conformance test-public-models conformance-report bench clean
 
 setup: $(STAMP)
 
@@ -38,3 +38,7 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# the embedded stack: SQLite, Redis, SeaweedFS, one Celery worker, the web server on :8000
+run: setup
+	$(PY) -m webapp.devstack

@@ -29,13 +29,19 @@ def op_of(case) -> str:
     return ops[0] if len(ops) == 1 else re.sub(r"^test_", "", case.name).split("_")[0]
 
 
+def as_array(v):
+    import onnx
+    from onnx import numpy_helper
+    return numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else np.asarray(v)
+
+
 def run_case(name: str) -> tuple[str, str]:
     """-> ("pass" | "fail" | "error", message)."""
     import compiler_core as cc
     case = all_cases()[name]
     try:
         for inputs, expected in case.data_sets:
-            feeds = {i.name: np.asarray(v) for i, v in zip(case.model.graph.input, inputs)}
+            feeds = {i.name: as_array(v) for i, v in zip(case.model.graph.input, inputs)}
             if any(v.dtype == object for v in feeds.values()):
                 return "error", "non-tensor input (sequence/optional/string)"
             model, feeds = freeze_integer_inputs(case.model, feeds)
@@ -43,7 +49,7 @@ def run_case(name: str) -> tuple[str, str]:
             art = cc.compile(model, input_shapes=shapes)
             got = art.run(feeds)
             for out, ref in zip(case.model.graph.output, expected):
-                check_close(got[out.name], np.asarray(ref), case.rtol, case.atol)
+                check_close(got[out.name], as_array(ref), case.rtol, case.atol)
         return "pass", ""
     except cc.CompileError as exc:
         return "error", f"CompileError: {exc}"

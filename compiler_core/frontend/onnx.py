@@ -33,12 +33,21 @@ def import_model(model, input_shapes: dict | None = None) -> Graph:
     return importer.run(proto.graph, input_shapes or {})
 
 
+SUPPORTED_DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+                    "uint16", "uint32", "uint64", "bool"}
+
+
 def np_dtype(elem_type: int) -> np.dtype:
     try:
-        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
-    except KeyError:
-        raise CompileError(f"tensor element type {onnx.TensorProto.DataType.Name(elem_type)} "
-                           "is not supported") from None
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError):
+        dtype = None
+    if dtype is None or dtype.name not in SUPPORTED_DTYPES:
+        known = elem_type in onnx.TensorProto.DataType.values()
+        name = onnx.TensorProto.DataType.Name(elem_type) if known else str(elem_type)
+        raise CompileError(f"tensor element type {name} is not supported; use float16/32/64, "
+                           "(u)int8/16/32/64 or bool")
+    return dtype
 
 
 # ---------------------------------------------------------------- support check
@@ -190,6 +199,9 @@ class Importer:
 
     def const(self, array, name: str = "const") -> Value:
         array = np.asarray(array)
+        if array.dtype.name not in SUPPORTED_DTYPES:
+            raise CompileError(f"constant {name!r} has element type {array.dtype.name}, which is "
+                               "not supported; use float16/32/64, (u)int8/16/32/64 or bool")
         return Value(self.unique(name), array.shape, array.dtype, const=np.ascontiguousarray(array))
 
     def emit(self, op: str, inputs: list, outputs: list[tuple], attrs: dict | None = None,
@@ -234,8 +246,8 @@ def resolve_input_shape(vi: onnx.ValueInfoProto, given) -> tuple[int, ...]:
             if d.HasField("dim_value") and d.dim_value != g:
                 raise CompileError(f"input_shapes gives {vi.name!r} shape {list(given)} but the "
                                    f"model fixes a dimension to {d.dim_value}")
-        if any(g <= 0 for g in given):
-            raise CompileError(f"input_shapes for {vi.name!r} must be positive, got {list(given)}")
+        if any(g < 0 for g in given):
+            raise CompileError(f"input_shapes for {vi.name!r} must not be negative, got {list(given)}")
         return given
     if not tt.HasField("shape"):
         raise CompileError(f"input {vi.name!r} has no declared shape; give it in input_shapes, "

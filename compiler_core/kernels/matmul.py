@@ -43,22 +43,23 @@ def emit_gemm(kb, shape: GemmShape, load_a: LoadA, load_b: LoadB, store: Store,
         return
     mr = min(MAX_MR, shape.M)
     nr = min(NR_FOR_MR[mr], shape.N)
+    full_m, tail_m = divmod(shape.M, mr)
+    # Row blocks outside: the block's MR rows of A stay in L1 while B streams past.
+    if full_m:
+        with kb.loop(full_m, name="mb") as mb:
+            _row_block(kb, shape, mb * mr, mr, nr, load_a, load_b, store, dtype)
+    if tail_m:
+        _row_block(kb, shape, as_expr(full_m * mr), tail_m, nr, load_a, load_b, store, dtype)
+
+
+def _row_block(kb, shape, m0, mr, nr, load_a, load_b, store, dtype):
+    """Rows m0 .. m0 + mr of C: full column tiles, then the leftover columns."""
     full_n, tail_n = divmod(shape.N, nr)
     if full_n:
         with kb.loop(full_n, name="nb") as nb:
-            _column_block(kb, shape, nb * nr, nr, mr, load_a, load_b, store, dtype)
+            _tile(kb, shape.K, m0, mr, nb * nr, nr, load_a, load_b, store, dtype)
     if tail_n:
-        _column_block(kb, shape, as_expr(full_n * nr), tail_n, mr, load_a, load_b, store, dtype)
-
-
-def _column_block(kb, shape, n0, nr, mr, load_a, load_b, store, dtype):
-    """All rows of C for the columns n0 .. n0 + nr: full row tiles, then the leftover rows."""
-    full_m, tail_m = divmod(shape.M, mr)
-    if full_m:
-        with kb.loop(full_m, name="mb") as mb:
-            _tile(kb, shape.K, mb * mr, mr, n0, nr, load_a, load_b, store, dtype)
-    if tail_m:
-        _tile(kb, shape.K, as_expr(full_m * mr), tail_m, n0, nr, load_a, load_b, store, dtype)
+        _tile(kb, shape.K, m0, mr, as_expr(full_n * nr), tail_n, load_a, load_b, store, dtype)
 
 
 def _tile(kb, K, m0, mr, n0, nr, load_a, load_b, store, dtype):

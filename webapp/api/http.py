@@ -56,8 +56,16 @@ def json_body(request) -> dict:
         raise RequestError(f"the request body is not valid JSON: {exc}") from None
 
 
-def endpoint(*methods: str, auth: bool = True):
-    """Wrap an API view: allowed methods, authentication, errors as JSON."""
+def check_body_size(request, limit: int) -> None:
+    # Refuse oversized bodies before anything (CSRF check, form parsing) reads them.
+    size = int(request.META.get("CONTENT_LENGTH") or 0)
+    if size > limit:
+        raise RequestError(f"the request body is {size / 2**20:.1f} MiB; the limit is "
+                           f"{limit / 2**20:.0f} MiB", 413)
+
+
+def endpoint(*methods: str, auth: bool = True, max_body=None):
+    """Wrap an API view: allowed methods, body size, authentication, errors as JSON."""
     allowed = set(methods) | ({"HEAD"} if "GET" in methods else set())
 
     def wrap(view):
@@ -70,6 +78,8 @@ def endpoint(*methods: str, auth: bool = True):
                 response["Allow"] = ", ".join(sorted(allowed))
                 return response
             try:
+                if max_body is not None:
+                    check_body_size(request, max_body())
                 if auth:
                     request.api_user = authenticate(request)
                 return view(request, *args, **kwargs)

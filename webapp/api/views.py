@@ -1,6 +1,7 @@
 """REST API v1 (DESIGN.md). Views stay small: validation lives in webapp/jobs/validation.py."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpResponseRedirect, JsonResponse
 
 from compiler_core.targets import all_targets
@@ -13,7 +14,11 @@ from .pagination import paginate
 from .serializers import job_detail_json, job_json, model_json
 
 
-@endpoint("GET", "POST")
+def _upload_limit() -> int:
+    return settings.MAX_MODEL_BYTES + 64 * 1024  # multipart framing around the file
+
+
+@endpoint("GET", "POST", max_body=_upload_limit)
 def models(request):
     if request.method == "POST":
         return upload_model(request)
@@ -22,8 +27,6 @@ def models(request):
 
 
 def upload_model(request):
-    # Refuse oversized bodies before Django reads them into temporary files.
-    services.check_upload_size(int(request.META.get("CONTENT_LENGTH") or 0) - 64 * 1024)
     model = services.ingest_upload(request.api_user, request.FILES.get("file"),
                                    request.POST.get("name", ""))
     return JsonResponse(model_json(model), status=201)

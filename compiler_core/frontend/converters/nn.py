@@ -91,7 +91,8 @@ def conv(cx, inputs):
         outs.append(((OC, P), x.dtype))  # scratch for the wide output
     attrs = {"group": group, "strides": strides, "dilations": dilations, "kernel_shape": kernel,
              "pads_begin": pb, "pads_end": pe, "activation": None}
-    return cx.emit("Conv", [xq, w, b, koff], outs, attrs)[:1]
+    names = [cx.node.output[0], "conv_wide"][:len(outs)]
+    return cx.emit("Conv", [xq, w, b, koff], outs, attrs, names)[:1]
 
 
 def conv_input(cx, x, strides, pads_begin, pads_end):
@@ -100,4 +101,5 @@ def conv_input(cx, x, strides, pads_begin, pads_end):
         return x
     q = [math.ceil((n + a + b) / s) for n, a, b, s in zip(x.shape[2:], pads_begin, pads_end, strides)]
     shape = (*x.shape[:2], *strides, *q)
-    return cx.emit1("ConvPad", [x], shape, x.dtype, {"strides": strides, "pads_begin": pads_begin})
+    attrs = {"strides": strides, "pads_begin": pads_begin}
+    return cx.emit("ConvPad", [x], [(shape, x.dtype)], attrs, [f"{x.name}_padded"])[0]

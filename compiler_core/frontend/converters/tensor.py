@@ -22,11 +22,13 @@ def ints(v, what: str) -> list[int]:
     return None if value is None else [int(a) for a in np.asarray(value).reshape(-1)]
 
 
-def reshape(cx, x, shape):
+def reshape(cx, x, shape, name=None):
+    """`name` labels intermediates of multi-node converters (the default is the ONNX output)."""
     shape = tuple(int(d) for d in shape)
     if shape == x.shape:
         return x
-    return cx.emit1("Reshape", [x], shape, x.dtype, {"shape": shape})
+    return cx.emit("Reshape", [x], [(shape, x.dtype)], {"shape": shape},
+                   names=[name] if name else None)[0]
 
 
 def optional_input(inputs, k):
@@ -111,12 +113,13 @@ def unsqueeze_v13(cx, inputs):
 
 # ---------------------------------------------------------------- layout
 
-def transpose(cx, x, perm):
+def transpose(cx, x, perm, name=None):
     perm = tuple(int(p) for p in perm)
     if perm == tuple(range(len(perm))):
         return x
     shape = tuple(x.shape[p] for p in perm)
-    return cx.emit1("Transpose", [x], shape, x.dtype, {"perm": perm})
+    return cx.emit("Transpose", [x], [(shape, x.dtype)], {"perm": perm},
+                   names=[name] if name else None)[0]
 
 
 @converter("Transpose", 1)
@@ -139,8 +142,15 @@ def depth_to_space(cx, inputs):
         split, perm = (n, bs, bs, c // (bs * bs), h, w), (0, 3, 4, 1, 5, 2)
     else:
         split, perm = (n, c // (bs * bs), bs, bs, h, w), (0, 1, 4, 2, 5, 3)
-    moved = transpose(cx, reshape(cx, x, split), perm)
-    return [reshape(cx, moved, (n, c // (bs * bs), h * bs, w * bs))]
+    return [_blocks_moved(cx, x, split, perm, (n, c // (bs * bs), h * bs, w * bs))]
+
+
+def _blocks_moved(cx, x, split_shape, perm, out_shape):
+    """Depth/space rearrangements: split into blocks, move the block axes, merge."""
+    base = cx.node.output[0]
+    split = reshape(cx, x, split_shape, f"{base}_blocks")
+    moved = transpose(cx, split, perm, f"{base}_moved")
+    return reshape(cx, moved, out_shape)
 
 
 @converter("SpaceToDepth", 1)
@@ -149,9 +159,10 @@ def space_to_depth(cx, inputs):
     n, c, h, w = x.shape
     if h % bs or w % bs:
         raise CompileError(f"spatial size {h}x{w} is not divisible by blocksize {bs}")
-    split = reshape(cx, x, (n, c, h // bs, bs, w // bs, bs))
-    moved = transpose(cx, split, (0, 3, 5, 1, 2, 4))
-    return [reshape(cx, moved, (n, c * bs * bs, h // bs, w // bs))]
+    # DCR puts the block offset before the channel in the output depth, CRD after it
+    perm = (0, 3, 5, 1, 2, 4) if cx.attr("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
+    return [_blocks_moved(cx, x, (n, c, h // bs, bs, w // bs, bs), perm,
+                          (n, c * bs * bs, h // bs, w // bs))]
 
 
 @converter("Concat", 4)
