@@ -52,21 +52,28 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def sqlite(path: str) -> dict:
+    # The web server and the worker write concurrently: WAL lets readers go on during a
+    # write, and IMMEDIATE transactions take the write lock up front instead of failing
+    # with "database is locked" when a read lock cannot be upgraded.
+    return {"ENGINE": "django.db.backends.sqlite3", "NAME": path,
+            "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE",
+                        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}}
+
+
 def database_from_url(url: str, sqlite_path: Path) -> dict:
     """DATABASE_URL (postgres://user:pass@host:port/db) -> Django DATABASES entry.
 
     Without a URL the embedded stack uses SQLite under ./var/.
     """
     if not url:
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(sqlite_path),
-                "OPTIONS": {"timeout": 20}}
+        return sqlite(str(sqlite_path))
     parsed = urlparse(url)
     if parsed.scheme not in ("postgres", "postgresql", "sqlite"):
         raise ValueError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported "
                          "(use postgres://... or sqlite:///path)")
     if parsed.scheme == "sqlite":
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": parsed.path or str(sqlite_path),
-                "OPTIONS": {"timeout": 20}}
+        return sqlite(parsed.path or str(sqlite_path))
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parsed.path.lstrip("/")),

@@ -1,8 +1,11 @@
 """Per-op lowerings to loop nests. Importing this package registers all of them."""
+from . import einsum  # noqa: F401
 from . import elementwise  # noqa: F401
 from . import conv, matmul  # noqa: F401  (nn ops)
+from . import recurrent  # noqa: F401
 from . import reduce  # noqa: F401
 from . import tensor  # noqa: F401
+from . import resize  # noqa: F401
 from .registry import LOWERINGS, kernel_params, lower_node, lowering
 
 __all__ = ["LOWERINGS", "kernel_params", "lower_node", "lowering"]

@@ -40,8 +40,9 @@ def lower_conv_pad(node, kb, ins, outs):
     strides, pads = node.attrs["strides"], node.attrs["pads_begin"]
     rank = len(strides)
     q_shape = xq.shape[-rank:]
+    fill = as_expr(node.attrs.get("value", 0), xq.dtype)  # -inf for max pooling
     with kb.loop(xq.size, name="z") as i:
-        kb.store_flat(xq, i, as_expr(0.0, xq.dtype))
+        kb.store_flat(xq, i, fill)
     for phase in itertools.product(*[range(s) for s in strides]):
         _copy_phase(kb, x, xq, phase, strides, pads, q_shape)
 
