@@ -45,8 +45,7 @@ def run_case(name: str) -> tuple[str, str]:
             if any(v.dtype == object for v in feeds.values()):
                 return "error", "non-tensor input (sequence/optional/string)"
             model, feeds = freeze_integer_inputs(case.model, feeds)
-            shapes = {k: v.shape for k, v in feeds.items()}
-            art = cc.compile(model, input_shapes=shapes)
+            art, feeds = compile_case(model, feeds)
             got = art.run(feeds)
             for out, ref in zip(case.model.graph.output, expected):
                 check_close(got[out.name], as_array(ref), case.rtol, case.atol)
@@ -59,15 +58,33 @@ def run_case(name: str) -> tuple[str, str]:
         return "error", f"{type(exc).__name__}: {exc}"[:300]
 
 
+def compile_case(model, feeds: dict):
+    """Compile for the feeds' shapes. A scalar bool the compiler needs at compile time (a Loop
+    condition, which decides output shapes) is then frozen like the integer operands."""
+    import compiler_core as cc
+    try:
+        return cc.compile(model, input_shapes={k: v.shape for k, v in feeds.items()}), feeds
+    except cc.CompileError as exc:
+        flags = [k for k, v in feeds.items() if v.dtype == np.bool_ and v.size == 1]
+        if "compile time" not in str(exc) or not flags:
+            raise
+    model, feeds = freeze_inputs(model, feeds, flags)
+    return cc.compile(model, input_shapes={k: v.shape for k, v in feeds.items()}), feeds
+
+
 def freeze_integer_inputs(model, feeds: dict):
     """Turn integer inputs (axes, k, shapes, pads, ...) into initializers.
 
     The cases feed such operands as graph inputs, but Tensorforge compiles static shapes and
     needs them at compile time; a deployed model has them as constants.
     """
+    return freeze_inputs(model, feeds, [k for k, v in feeds.items()
+                                        if v.dtype.kind in "iu" and v.ndim <= 1 and v.size <= 8])
+
+
+def freeze_inputs(model, feeds: dict, names: list[str]):
     import onnx
-    frozen = {k: v for k, v in feeds.items() if v.dtype.kind in "iu" and v.ndim <= 1
-              and v.size <= 8}
+    frozen = {k: feeds[k] for k in names}
     if not frozen:
         return model, feeds
     model = onnx.ModelProto.FromString(model.SerializeToString())

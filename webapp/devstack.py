@@ -155,8 +155,10 @@ def _s3_ready(port: int) -> bool:
         return r.status < 500
 
 
-def celery_worker_cmd(concurrency: int = 1, beat: bool = True, hostname: str = "worker") -> list:
-    cmd = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
+def celery_worker_cmd(concurrency: int = 1, beat: bool = True, hostname: str = "worker",
+                      queue: str = "") -> list:
+    queue = queue or os.environ.get("TENSORFORGE_QUEUE", "tensorforge")
+    cmd = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", queue,
            "--loglevel", "INFO", "--concurrency", str(concurrency), "--pool", "prefork",
            "--hostname", f"{hostname}@%h", "--without-gossip", "--without-mingle"]
     return cmd + (["--beat", "--schedule", str(VAR / "celerybeat-schedule")] if beat else [])

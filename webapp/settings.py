@@ -82,9 +82,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-LOGIN_URL = "/login/"
-LOGIN_REDIRECT_URL = "/"
-LOGOUT_REDIRECT_URL = "/login/"
+LOGIN_URL = "console:login"
+LOGIN_REDIRECT_URL = "console:models"
+LOGOUT_REDIRECT_URL = "console:login"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -93,7 +93,8 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+# only for `collectstatic` (the docker image); the embedded stack serves static/ directly
+STATIC_ROOT = env_str("DJANGO_STATIC_ROOT", "") or None
 # Serve straight from static/ so the embedded stack needs no collectstatic step.
 WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", True)
 
@@ -112,6 +113,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 2**20   # non-file bodies (JSON) stay small
 # --- broker and workers
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = REDIS_URL
+# one queue name per deployment (tests use their own so parallel runs never share tasks)
+CELERY_QUEUE = env_str("TENSORFORGE_QUEUE", "tensorforge")
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 JOB_SOFT_TIME_LIMIT = env_int("TENSORFORGE_JOB_SOFT_TIME_LIMIT", 1800)
 JOB_HARD_TIME_LIMIT = env_int("TENSORFORGE_JOB_HARD_TIME_LIMIT", 1900)

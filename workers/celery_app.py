@@ -17,6 +17,7 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     # The database holds job state and results; Celery only carries job ids.
     task_ignore_result=True,
+    task_default_queue=settings.CELERY_QUEUE,
     result_backend=None,
     # A task is acknowledged after it finishes, and re-queued if its worker process dies,
     # so no job is lost with a crashed worker (stages are idempotent, see pipeline.py).

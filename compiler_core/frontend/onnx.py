@@ -142,6 +142,7 @@ class Importer:
     def convert_node(self, node: onnx.NodeProto) -> None:
         inputs = [self.lookup(n) if n else None for n in node.input]
         self.node, self.attrs = node, parse_attributes(node)
+        start = len(self.nodes)
         try:
             outputs = self._fold(node, inputs)
             if outputs is None:
@@ -151,8 +152,11 @@ class Importer:
                 outputs = fn(self, inputs)
         except CompileError as exc:
             raise CompileError(f"node {node.name or node.op_type} ({node.op_type}): {exc}") from None
+        fresh = {v for n in self.nodes[start:] for v in n.outputs}
         for name, v in zip(node.output, outputs):
             if name:
+                if v in fresh and v.name != name:
+                    v.name = self.unique(name)
                 self.define(name, v)
 
     def _fold(self, node, inputs):
@@ -202,14 +206,16 @@ class Importer:
         if array.dtype.name not in SUPPORTED_DTYPES:
             raise CompileError(f"constant {name!r} has element type {array.dtype.name}, which is "
                                "not supported; use float16/32/64, (u)int8/16/32/64 or bool")
-        return Value(self.unique(name), array.shape, array.dtype, const=np.ascontiguousarray(array))
+        # np.require keeps 0-d arrays 0-d (np.ascontiguousarray would make them 1-d)
+        return Value(self.unique(name), array.shape, array.dtype,
+                     const=np.require(array, requirements="C"))
 
     def emit(self, op: str, inputs: list, outputs: list[tuple], attrs: dict | None = None,
              names: list[str] | None = None) -> list[Value]:
         """Add one IR node; `outputs` are (shape, dtype) pairs."""
-        base = list(self.node.output) if self.node is not None else []
-        names = names or [base[k] if k < len(base) and base[k] else f"{op}_out{k}"
-                          for k in range(len(outputs))]
+        # provisional names; convert_node renames the values that become ONNX outputs
+        base = next((o for o in self.node.output if o), op) if self.node is not None else op
+        names = names or [f"{base}.{op}{k}" for k in range(len(outputs))]
         outs = [Value(self.unique(n), shape, dtype) for n, (shape, dtype) in zip(names, outputs)]
         label = (self.node.name or self.node.op_type) if self.node is not None else op
         self.nodes.append(Node(op, list(inputs), outs, dict(attrs or {}), label, self.guards))

@@ -1,7 +1,8 @@
 """Per-op lowerings to loop nests. Importing this package registers all of them."""
 from . import einsum  # noqa: F401
 from . import elementwise  # noqa: F401
-from . import conv, matmul  # noqa: F401  (nn ops)
+from . import quantize  # noqa: F401
+from . import conv, matmul, norm, pool  # noqa: F401  (nn ops)
 from . import recurrent  # noqa: F401
 from . import reduce  # noqa: F401
 from . import tensor  # noqa: F401

@@ -201,6 +201,24 @@ def _shrink(attrs, a):
     return select(a < -lambd, a + bias, select(a > lambd, a - bias, _c(0, a)))
 
 
+@scalar("QuantizeLinear")
+def _quantize(attrs, x, scale, zp=None):
+    to = np.dtype(attrs["to"])
+    f32 = np.dtype(np.float32)
+    q = call("round", cast(x, f32) / cast(scale, f32))
+    if zp is not None:
+        q = q + cast(zp, f32)
+    info = np.iinfo(to)  # saturate: quantized values never wrap around
+    return cast(maximum(_c(info.min, q), minimum(q, _c(info.max, q))), to)
+
+
+@scalar("DequantizeLinear")
+def _dequantize(attrs, x, scale, zp=None):
+    f32 = np.dtype(np.float32)
+    v = cast(x, f32) if zp is None else cast(x, f32) - cast(zp, f32)
+    return cast(v * cast(scale, f32), scale.dtype)
+
+
 def scalar_expr(op: str, attrs: dict, args: list) -> L.Expr:
     return SCALAR[op](attrs, *args)
 

@@ -101,20 +101,22 @@ def _batch_offsets(idx, shape, out_batch):
 
 @lowering("MatMul")
 def lower_matmul(node, kb, ins, outs):
-    """Inputs are at least 2-D (the converter reshapes 1-D operands); batch dims broadcast."""
+    """numpy matmul: a vector A is one row, a vector B one column; batch dims broadcast."""
     a, b = ins[:2]
     y = outs[0]
-    M, K = a.shape[-2:]
-    N = b.shape[-1]
-    batch = y.shape[:-2]
+    a_mat = a.shape if len(a.shape) > 1 else (1, *a.shape)
+    b_mat = b.shape if len(b.shape) > 1 else (*b.shape, 1)
+    M, K = a_mat[-2:]
+    N = b_mat[-1]
+    batch = tuple(np.broadcast_shapes(a_mat[:-2], b_mat[:-2]))
     with kb.loops(batch) as idx:
-        a_base = _batch_offsets(idx, a.shape[:-2], batch) * (M * K)
-        b_base = _batch_offsets(idx, b.shape[:-2], batch) * (K * N)
+        a_base = _batch_offsets(idx, a_mat[:-2], batch) * (M * K)
+        b_base = _batch_offsets(idx, b_mat[:-2], batch) * (K * N)
         y_base = _batch_offsets(idx, batch, batch) * (M * N)
         emit_gemm(kb, GemmShape(M, N, K),
                   lambda m0, i, k: a.flat(a_base + (m0 + i) * K + k),
                   lambda k, n: b.flat(b_base + k * N + n),
-                  lambda m, n, acc: kb.store_flat(y, y_base + m * N + n, acc), a.dtype)
+                  lambda m, n, acc: kb.store_flat(y, y_base + m * N + n, acc), y.dtype)
 
 
 # ---------------------------------------------------------------- Gemm

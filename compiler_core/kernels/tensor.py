@@ -6,6 +6,8 @@ are runtime data: negative indices are wrapped with select() as the kernel runs.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..ir.loops import INDEX, as_expr, broadcast_index, cast, maximum, minimum, select
@@ -145,19 +147,36 @@ def lower_scatter_elements(node, kb, ins, outs):
 
 # ---------------------------------------------------------------- padding
 
-def _pad_source(i, before: int, n: int, mode: str):
-    """Input position read by output position `i` of a padded axis (constant mode: unclamped)."""
-    j = i - before
-    if mode == "edge":
-        return minimum(maximum(j, 0), n - 1)
-    if mode == "wrap":
-        return j % n
-    if mode == "reflect":
-        if n == 1:
-            return as_expr(0)
-        j = (j % (2 * n - 2))  # reflection repeats with period 2n-2
-        return select(j < n, j, 2 * n - 2 - j)
-    return j
+@dataclass(frozen=True)
+class PaddedAxis:
+    """One axis of Pad: negative pads crop first, then the kept span is padded."""
+    axis: int
+    before: int  # positions added before the kept span
+    first: int  # first input position kept
+    kept: int  # how many input positions are kept
+
+    @classmethod
+    def of(cls, axis: int, n: int, before: int, after: int) -> "PaddedAxis":
+        first = max(-before, 0)
+        return cls(axis, max(before, 0), first, n - first - max(-after, 0))
+
+    def offset(self, i):
+        """Position of output `i` relative to the kept span (out of range in the padding)."""
+        return i - self.before
+
+    def source(self, i, mode: str):
+        """The input position output `i` copies (constant mode: only valid inside the span)."""
+        j, n = self.offset(i), self.kept
+        if mode == "edge":
+            j = minimum(maximum(j, 0), n - 1)
+        elif mode == "wrap":
+            j = j % n
+        elif mode == "reflect":
+            j = j % (2 * n - 2) if n > 1 else as_expr(0)  # reflection repeats every 2n-2
+            j = select(j < n, j, 2 * n - 2 - j) if n > 1 else j
+        else:
+            j = minimum(maximum(j, 0), n - 1)  # keep the load in bounds; the fill is chosen
+        return j + self.first
 
 
 @lowering("Pad")
@@ -165,27 +184,25 @@ def lower_pad(node, kb, ins, outs):
     x, fill, y = ins[0], ins[1] if len(ins) > 1 else None, outs[0]
     mode, pads = node.attrs["mode"], node.attrs["pads"]
     rank = len(x.shape)
-    padded = [d for d in range(rank) if pads[d] or pads[d + rank]]
+    padded = [PaddedAxis.of(d, x.shape[d], pads[d], pads[d + rank])
+              for d in range(rank) if pads[d] or pads[d + rank]]
     with kb.loops(y.shape) as idx:
         src = list(idx)
-        for d in padded:
-            src[d] = _pad_source(idx[d], pads[d], x.shape[d], mode)
-        if mode == "constant" and padded:
-            kb.store(y, idx, _padded_constant(x, y, src, padded, fill))
-        else:
-            kb.store(y, idx, x[tuple(src)])
+        for p in padded:
+            src[p.axis] = p.source(idx[p.axis], mode)
+        value = x[tuple(src)]
+        if mode == "constant":
+            value = select(_inside(padded, idx), value,
+                           fill.flat(0) if fill is not None else as_expr(0, y.dtype))
+        kb.store(y, idx, value)
 
 
-def _padded_constant(x, y, src, padded, fill):
-    inside = None
-    for d in padded:
-        ok = (src[d] >= 0) & (src[d] < x.shape[d])
-        inside = ok if inside is None else inside & ok
-    value = fill.flat(0) if fill is not None else as_expr(0, y.dtype)
-    # the load happens for every position, so keep it in bounds where the fill is chosen
-    clamped = tuple(minimum(maximum(s, 0), n - 1) if d in padded else s
-                    for d, (s, n) in enumerate(zip(src, x.shape)))
-    return select(inside, x[clamped], value)
+def _inside(padded, idx):
+    inside = as_expr(True, np.bool_)
+    for p in padded:
+        j = p.offset(idx[p.axis])
+        inside = inside & (j >= 0) & (j < p.kept)
+    return inside
 
 
 # ---------------------------------------------------------------- misc

@@ -82,7 +82,7 @@ def conv(cx, inputs):
     dilations = _ints(cx.attr("dilations"), rank, 1, "dilations")
     pb, pe = window_pads(cx, x.shape[2:], kernel, strides, dilations)
     out = [window_output(*a) for a in zip(x.shape[2:], kernel, strides, dilations, pb, pe)]
-    xq = conv_input(cx, x, strides, pb, pe)
+    xq = conv_input(cx, x, strides, pb, pe, 0.0)
     q_shape = xq.shape[-rank:]
     koff = cx.const(conv_tap_offsets(C // group, kernel, dilations, strides, q_shape), "conv_taps")
     outs = [((N, OC, *out), x.dtype)]
@@ -95,11 +95,229 @@ def conv(cx, inputs):
     return cx.emit("Conv", [xq, w, b, koff], outs, attrs, names)[:1]
 
 
-def conv_input(cx, x, strides, pads_begin, pads_end):
-    """x itself, or x padded and split into stride phases (N, C, s..., q...) by ConvPad."""
+def conv_input(cx, x, strides, pads_begin, pads_end, fill):
+    """x itself, or x padded with `fill` and split into stride phases (N, C, s..., q...)."""
     if not any(pads_begin) and not any(pads_end) and all(s == 1 for s in strides):
         return x
     q = [math.ceil((n + a + b) / s) for n, a, b, s in zip(x.shape[2:], pads_begin, pads_end, strides)]
     shape = (*x.shape[:2], *strides, *q)
-    attrs = {"strides": strides, "pads_begin": pads_begin}
+    attrs = {"strides": strides, "pads_begin": pads_begin, "value": fill}
     return cx.emit("ConvPad", [x], [(shape, x.dtype)], attrs, [f"{x.name}_padded"])[0]
+
+
+# ---------------------------------------------------------------- pooling
+
+def _pool(cx, inputs, kind: str, p: float = 2):
+    x = inputs[0]
+    rank = len(x.shape) - 2
+    kernel = cx.attr("kernel_shape")
+    if rank < 1 or kernel is None or len(kernel) != rank:
+        raise CompileError(f"pooling needs kernel_shape with one entry per spatial axis of the "
+                           f"input {list(x.shape)}, got {kernel}")
+    kernel = [int(k) for k in kernel]
+    strides = _ints(cx.attr("strides"), rank, 1, "strides")
+    dilations = _ints(cx.attr("dilations"), rank, 1, "dilations")
+    ceil_mode = bool(cx.attr("ceil_mode", 0))
+    pb, pe = window_pads(cx, x.shape[2:], kernel, strides, dilations)
+    out = [window_output(*a, ceil_mode) for a in zip(x.shape[2:], kernel, strides, dilations, pb, pe)]
+    y_shape = (*x.shape[:2], *out)
+    if kind == "max" and len(cx.node.output) > 1 and cx.node.output[1]:
+        attrs = {"kernel_shape": kernel, "strides": strides, "dilations": dilations,
+                 "pads_begin": pb, "storage_order": int(cx.attr("storage_order", 0))}
+        return cx.emit("MaxPoolWithIndices", [x], [(y_shape, x.dtype), (y_shape, np.int64)], attrs)
+    # ceil_mode windows may run past the declared end padding: pad further (never counted)
+    reach = [max(e, (o - 1) * s + (k - 1) * d + 1 - n - b)
+             for e, o, s, k, d, n, b in zip(pe, out, strides, kernel, dilations, x.shape[2:], pb)]
+    xq = conv_input(cx, x, strides, pb, reach, _lowest(x.dtype) if kind == "max" else 0.0)
+    q_shape = xq.shape[-rank:]
+    taps = cx.const(conv_tap_offsets(1, kernel, dilations, strides, q_shape), "pool_taps")
+    ins = [xq, taps]
+    if kind == "avg":
+        include = bool(cx.attr("count_include_pad", 0))
+        ins.append(cx.const(_window_counts(x.shape[2:], out, kernel, strides, dilations, pb, pe,
+                                           include).astype(x.dtype), "pool_counts"))
+    outs = [(y_shape, x.dtype)]
+    P = wide_size(out, q_shape)
+    if P != int(np.prod(out)):
+        outs.append(((x.shape[1], P), x.dtype))
+    names = [cx.node.output[0], "pool_wide"][:len(outs)]
+    return cx.emit("WindowPool", ins, outs, {"kind": kind, "p": p}, names)[:1]
+
+
+def _lowest(dtype):
+    return float("-inf") if np.dtype(dtype).kind == "f" else int(np.iinfo(dtype).min)
+
+
+def _window_counts(in_spatial, out, kernel, strides, dilations, pb, pe, include_pad):
+    """How many taps of each output window an average divides by (a separable product)."""
+    counts = np.ones((), np.float64)
+    for n, o, k, s, d, b, e in zip(in_spatial, out, kernel, strides, dilations, pb, pe):
+        lo, hi = (-b, n + e) if include_pad else (0, n)
+        pos = np.arange(o)[:, None] * s - b + np.arange(k)[None, :] * d
+        per_dim = ((pos >= lo) & (pos < hi)).sum(axis=1)
+        counts = np.multiply.outer(counts, per_dim)
+    return np.maximum(counts, 1)
+
+
+@converter("MaxPool", 1)
+def max_pool(cx, inputs):
+    return _pool(cx, inputs, "max")
+
+
+@converter("AveragePool", 1)
+def average_pool(cx, inputs):
+    return _pool(cx, inputs, "avg")
+
+
+@converter("LpPool", 1)
+def lp_pool(cx, inputs):
+    return _pool(cx, inputs, "lp", float(cx.attr("p", 2)))
+
+
+def _global_pool(cx, inputs, kind, p=2.0):
+    x = inputs[0]
+    if len(x.shape) < 3:
+        raise CompileError(f"global pooling needs an input of rank >= 3, got {list(x.shape)}")
+    shape = (*x.shape[:2], *[1] * (len(x.shape) - 2))
+    return [cx.emit1("GlobalPool", [x], shape, x.dtype, {"kind": kind, "p": p})]
+
+
+@converter("GlobalMaxPool", 1)
+def global_max_pool(cx, inputs):
+    return _global_pool(cx, inputs, "max")
+
+
+@converter("GlobalAveragePool", 1)
+def global_average_pool(cx, inputs):
+    return _global_pool(cx, inputs, "avg")
+
+
+@converter("GlobalLpPool", 1)
+def global_lp_pool(cx, inputs):
+    return _global_pool(cx, inputs, "lp", float(cx.attr("p", 2)))
+
+
+# ---------------------------------------------------------------- matrix products
+
+@converter("MatMul", 1)
+def matmul(cx, inputs):
+    a, b = inputs[:2]
+    if not a.shape or not b.shape:
+        raise CompileError("MatMul operands must have rank >= 1")
+    if a.dtype != b.dtype:
+        raise CompileError(f"MatMul operands have different dtypes {a.dtype} and {b.dtype}")
+    k_a = a.shape[-1]
+    k_b = b.shape[0] if len(b.shape) == 1 else b.shape[-2]
+    if k_a != k_b:
+        raise CompileError(f"MatMul inner dimensions differ: {list(a.shape)} @ {list(b.shape)}")
+    batch = broadcast(a.shape[:-2], b.shape[:-2])
+    rows = a.shape[-2:-1]  # absent when A is a vector
+    cols = b.shape[-1:] if len(b.shape) > 1 else ()
+    shape = (*batch, *rows, *cols)
+    return [cx.emit1("MatMul", [a, b], shape, a.dtype)]
+
+
+@converter("Gemm", 1)
+def gemm(cx, inputs):
+    a, b, c = (list(inputs) + [None])[:3]
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise CompileError(f"Gemm needs 2-D A and B, got {list(a.shape)} and {list(b.shape)}")
+    at, bt = int(cx.attr("transA", 0)), int(cx.attr("transB", 0))
+    # constant operands are transposed once here so the kernel reads rows
+    if at and a.is_const:
+        a, at = cx.const(a.const.T, "gemm_a"), 0
+    if bt and b.is_const:
+        b, bt = cx.const(b.const.T, "gemm_b"), 0
+    M, K = a.shape[::-1] if at else a.shape
+    K2, N = b.shape[::-1] if bt else b.shape
+    if K != K2:
+        raise CompileError(f"Gemm inner dimensions differ: A' is {M}x{K}, B' is {K2}x{N}")
+    if c is not None:
+        broadcast(c.shape, (M, N))
+        if len(c.shape) > 2:
+            raise CompileError(f"Gemm C must have rank <= 2, got {list(c.shape)}")
+    attrs = {"transA": at, "transB": bt, "alpha": float(cx.attr("alpha", 1.0)),
+             "beta": float(cx.attr("beta", 1.0)), "activation": None}
+    return [cx.emit1("Gemm", [a, b, c], (M, N), a.dtype, attrs)]
+
+
+# ---------------------------------------------------------------- normalisation
+
+@converter("BatchNormalization", 1)
+def batch_norm(cx, inputs):
+    x, scale, bias, mean, var = inputs[:5]
+    training = int(cx.attr("training_mode", 0)) or (cx.opset < 7 and not cx.attr("is_test", 0)
+                                                    and len(cx.node.output) > 1)
+    extra = [o for o in cx.node.output[1:] if o]
+    if training or extra:
+        raise CompileError("BatchNormalization in training mode (training_mode=1 or running "
+                           "mean/variance outputs) is not supported; export the model for "
+                           "inference (model.eval() in PyTorch)")
+    if len(x.shape) < 2:
+        raise CompileError(f"BatchNormalization needs an input of rank >= 2, got {list(x.shape)}")
+    per_activation = tuple(x.shape[1:])
+    for v, what in zip((scale, bias, mean, var), ("scale", "B", "mean", "var")):
+        if v.shape not in ((x.shape[1],), per_activation):
+            raise CompileError(f"BatchNormalization {what} has shape {list(v.shape)}; expected "
+                               f"[{x.shape[1]}] (one value per channel)")
+    attrs = {"epsilon": float(cx.attr("epsilon", 1e-5))}
+    return [cx.emit1("BatchNormalization", [x, scale, bias, mean, var], x.shape, x.dtype, attrs)]
+
+
+def _check_channel_params(x, params, what, count=None):
+    count = x.shape[1] if count is None else count
+    for v, name in zip(params, what):
+        if v.shape != (count,):
+            raise CompileError(f"{name} has shape {list(v.shape)}, expected [{count}]")
+
+
+@converter("InstanceNormalization", 1)
+def instance_norm(cx, inputs):
+    x, scale, bias = inputs[:3]
+    if len(x.shape) < 3:
+        raise CompileError(f"InstanceNormalization needs rank >= 3, got {list(x.shape)}")
+    _check_channel_params(x, (scale, bias), ("scale", "B"))
+    attrs = {"epsilon": float(cx.attr("epsilon", 1e-5))}
+    return [cx.emit1("InstanceNormalization", [x, scale, bias], x.shape, x.dtype, attrs)]
+
+
+@converter("LayerNormalization", 17)
+def layer_norm(cx, inputs):
+    x, scale, bias = (list(inputs) + [None])[:3]
+    rank = len(x.shape)
+    axis = norm_axis(int(cx.attr("axis", -1)), rank)
+    inner = x.shape[axis:]
+    for v, name in ((scale, "Scale"), (bias, "B")):
+        if v is not None and broadcast(v.shape, inner) != tuple(inner):
+            raise CompileError(f"LayerNormalization {name} of shape {list(v.shape)} does not "
+                               f"broadcast to the normalized shape {list(inner)}")
+    stash = np.float32 if int(cx.attr("stash_type", 1)) == 1 else x.dtype
+    stat_shape = (*x.shape[:axis], *[1] * (rank - axis))
+    outs = [(x.shape, x.dtype), (stat_shape, stash), (stat_shape, stash)]
+    wanted = 1 + sum(1 for o in cx.node.output[1:] if o)
+    outs = outs[:max(wanted, len([o for o in cx.node.output]))][:3]
+    attrs = {"axis": axis, "epsilon": float(cx.attr("epsilon", 1e-5))}
+    return cx.emit("LayerNormalization", [x, scale, bias], outs, attrs)
+
+
+@converter("GroupNormalization", 18)
+def group_norm(cx, inputs):
+    x, scale, bias = inputs[:3]
+    groups = int(cx.attr("num_groups"))
+    if len(x.shape) < 3 or x.shape[1] % groups:
+        raise CompileError(f"GroupNormalization: {x.shape[1] if len(x.shape) > 1 else '?'} "
+                           f"channels cannot be split into num_groups={groups}")
+    count = groups if cx.opset < 21 else x.shape[1]
+    _check_channel_params(x, (scale, bias), ("scale", "bias"), count)
+    attrs = {"num_groups": groups, "epsilon": float(cx.attr("epsilon", 1e-5))}
+    return [cx.emit1("GroupNormalization", [x, scale, bias], x.shape, x.dtype, attrs)]
+
+
+@converter("LRN", 1)
+def lrn(cx, inputs):
+    x = inputs[0]
+    if len(x.shape) < 3:
+        raise CompileError(f"LRN needs an input of rank >= 3, got {list(x.shape)}")
+    attrs = {"size": int(cx.attr("size")), "alpha": float(cx.attr("alpha", 1e-4)),
+             "beta": float(cx.attr("beta", 0.75)), "bias": float(cx.attr("bias", 1.0))}
+    return [cx.emit1("LRN", [x], x.shape, x.dtype, attrs)]

@@ -74,7 +74,8 @@ def _transposed_weights(cx, w):
     shape = (w.shape[0], w.shape[2], w.shape[1])
     if w.is_const:
         return cx.const(np.ascontiguousarray(w.const.transpose(0, 2, 1)), "weights_t")
-    return cx.emit1("Transpose", [w], shape, w.dtype, {"perm": [0, 2, 1]})
+    return cx.emit("Transpose", [w], [(shape, w.dtype)], {"perm": [0, 2, 1]},
+                   names=[f"{w.name}_t"])[0]
 
 
 def _check_shapes(x, w, r, hidden, gates, num_dirs, layout):

@@ -158,7 +158,8 @@ def emit_resize(cx, x, out_shape, scales, how: Interpolation, rois=None, extrapo
 
 
 def _weight_dtype(dtype: np.dtype) -> np.dtype:
-    return dtype if dtype.kind == "f" else np.dtype(np.float32)
+    # integer outputs are rounded, so weigh them in double to round like the reference
+    return dtype if dtype.kind == "f" else np.dtype(np.float64)
 
 
 def _is_identity(ax: AxisResize, how: Interpolation) -> bool:

@@ -13,9 +13,6 @@ from ...errors import CompileError
 from ..registry import converter
 from .common import broadcast, const_value, norm_axes, norm_axis
 
-INT64_MAX = np.iinfo(np.int64).max
-
-
 def ints(v, what: str) -> list[int]:
     """A constant integer input as a list (None when the optional input is absent)."""
     value = const_value(v, what)
@@ -83,6 +80,8 @@ def _squeeze(cx, x, axes):
 
 
 def _unsqueeze(cx, x, axes):
+    if axes is None:
+        raise CompileError("Unsqueeze needs axes")
     rank = len(x.shape) + len(axes)
     axes = [norm_axis(int(a), rank) for a in axes]
     if len(axes) != len(set(axes)):
@@ -311,8 +310,14 @@ def gather_nd(cx, inputs):
 
 # ---------------------------------------------------------------- scatters
 
+REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
 def _reduction(cx):
-    return cx.attr("reduction", "none")
+    reduction = cx.attr("reduction", "none")
+    if reduction not in REDUCTIONS:
+        raise CompileError(f"reduction {reduction!r} is not one of {', '.join(REDUCTIONS)}")
+    return reduction
 
 
 @converter("ScatterND", 11)
@@ -381,9 +386,11 @@ def _pad(cx, x, pads, mode, fill, axes=None):
     shape = [n + full[d] + full[d + rank] for d, n in enumerate(x.shape)]
     if any(s < 0 for s in shape):
         raise CompileError(f"pads {pads} crop more than the whole of shape {list(x.shape)}")
-    if mode in ("reflect", "wrap") and any(
-            (full[d] > 0 or full[d + rank] > 0) and x.shape[d] == 0 for d in range(rank)):
-        raise CompileError(f"Pad mode {mode!r} needs non-empty axes to pad")
+    emptied = [d for d, n in enumerate(x.shape)
+               if n - max(-full[d], 0) - max(-full[d + rank], 0) <= 0 and shape[d] > 0]
+    if emptied:
+        raise CompileError(f"pads {pads} leave nothing of axes {emptied} of shape "
+                           f"{list(x.shape)} to pad from")
     if not any(full):
         return [x]
     inputs = [x] if fill is None or mode != "constant" else [x, fill]
@@ -420,6 +427,8 @@ def size_op(cx, inputs):
 
 @converter("Constant", 1)
 def constant(cx, inputs):
+    if len(cx.attrs) != 1:
+        raise CompileError(f"Constant needs exactly one value attribute, got {sorted(cx.attrs)}")
     (name, value), = cx.attrs.items()
     if name == "sparse_value":
         return [cx.const(_dense(value), "constant")]

@@ -1,0 +1,173 @@
+"""Converters for If and Loop: subgraphs are converted inline, there is no IR for control flow.
+
+If, constant condition: only the chosen branch is converted.
+If, run-time condition: both branches are converted, each under a Guard on the condition,
+    and each copies its results into the If's outputs with a guarded "Copy" node. Those
+    outputs thus have two producers, of which exactly one runs; the memory planner and the
+    entry function already honour guards. Both branches must give equal shapes and dtypes.
+Loop: the trip count must be known at compile time (M constant, and the condition either
+    absent or constant, also the one the body computes); the body is unrolled, scan outputs
+    are stacked with Reshape + Concat.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import CompileError
+from ...ir import Guard, Node, Value
+from ..registry import converter
+from .common import const_value
+
+MAX_UNROLLED_ITERATIONS = 10_000
+
+
+def convert_subgraph(cx, graph, bindings: dict[str, Value]) -> list[Value]:
+    """Convert `graph`'s nodes into the current scope and return its outputs.
+
+    The caller opens the scope (so it decides the guard) and reads the outputs before
+    leaving it. The ONNX node being converted is restored afterwards, since converting the
+    subgraph's nodes replaces it and later emits are labelled with it.
+    """
+    node, attrs = cx.node, cx.attrs
+    for name, v in bindings.items():
+        cx.define(name, v)
+    cx.convert_nodes(graph)
+    cx.node, cx.attrs = node, attrs
+    return [cx.lookup(o.name) for o in graph.output]
+
+
+# ---------------------------------------------------------------- If
+
+@converter("If", 1)
+def if_op(cx, inputs):
+    cond = inputs[0]
+    if cond.size != 1 or cond.dtype != np.bool_:
+        raise CompileError(f"If's condition must be one bool, got {cond.dtype} of shape "
+                           f"{list(cond.shape)}")
+    branches = {True: cx.attr("then_branch"), False: cx.attr("else_branch")}
+    if cond.is_const:
+        with cx.scope():
+            return convert_subgraph(cx, branches[bool(cond.const.ravel()[0])], {})
+    return _guarded_branches(cx, cond, branches)
+
+
+def _guarded_branches(cx, cond: Value, branches: dict) -> list[Value]:
+    with cx.scope(Guard(cond, True)):
+        then_values = convert_subgraph(cx, branches[True], {})
+        results = [cx.emit("Copy", [v], [(v.shape, v.dtype)], names=[name])[0]
+                   for v, name in zip(then_values, _output_names(cx, len(then_values)))]
+    with cx.scope(Guard(cond, False)):
+        else_values = convert_subgraph(cx, branches[False], {})
+        _check_branches_agree(then_values, else_values)
+        for v, out in zip(else_values, results):
+            _emit_into(cx, "Copy", [v], out)
+    return results
+
+
+def _output_names(cx, count: int) -> list[str]:
+    names = list(cx.node.output) + [""] * count
+    return [name or f"{cx.node.op_type}_out{k}" for k, name in enumerate(names[:count])]
+
+
+def _check_branches_agree(then_values, else_values):
+    if len(then_values) != len(else_values):
+        raise CompileError(f"If's branches give {len(then_values)} and {len(else_values)} "
+                           "outputs; they must give the same number")
+    for k, (a, b) in enumerate(zip(then_values, else_values)):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise CompileError(
+                f"If's output {k} is {a.dtype}{list(a.shape)} in then_branch but "
+                f"{b.dtype}{list(b.shape)} in else_branch; with a condition computed at run "
+                "time both branches must agree (or make the condition a constant)")
+
+
+def _emit_into(cx, op: str, inputs: list, out: Value) -> None:
+    """A node writing an existing Value: its second producer, under the current guards."""
+    label = cx.node.name or cx.node.op_type
+    cx.nodes.append(Node(op, list(inputs), [out], {}, label, cx.guards))
+
+
+# ---------------------------------------------------------------- Loop
+
+@converter("Loop", 1)
+def loop_op(cx, inputs):
+    body = cx.attr("body")
+    trip_limit = _trip_count(inputs[0])
+    keep_going = _initial_condition(inputs[1] if len(inputs) > 1 else None)
+    carried = list(inputs[2:])
+    n_carried = len(carried)
+    if len(body.output) < 1 + n_carried:
+        raise CompileError(f"Loop's body has {len(body.output)} outputs; it needs the "
+                           f"condition and {n_carried} loop-carried values")
+    scans: list[list[Value]] = [[] for _ in body.output[1 + n_carried:]]
+    iteration = 0
+    while keep_going and iteration < trip_limit:
+        if iteration == MAX_UNROLLED_ITERATIONS:
+            raise CompileError(f"Loop runs more than {MAX_UNROLLED_ITERATIONS} iterations; "
+                               "Tensorforge unrolls loops and supports at most that many")
+        outs = _run_iteration(cx, body, iteration, carried)
+        keep_going = _body_condition(outs[0], iteration)
+        carried = outs[1:1 + n_carried]
+        for scan, v in zip(scans, outs[1 + n_carried:]):
+            scan.append(v)
+        iteration += 1
+    names = _output_names(cx, n_carried + len(scans))[n_carried:]
+    return carried + [_stack(cx, values, k, name)
+                      for k, (values, name) in enumerate(zip(scans, names))]
+
+
+def _trip_count(m: Value | None) -> int | float:
+    if m is None:
+        return float("inf")
+    if not m.is_const:
+        raise CompileError("Loop's trip count M depends on the model's inputs; Tensorforge "
+                           "unrolls loops and needs M to be a constant")
+    return int(const_value(m, "M").ravel()[0])
+
+
+def _initial_condition(cond: Value | None) -> bool:
+    if cond is None:
+        return True
+    if not cond.is_const:
+        raise CompileError("Loop's condition depends on the model's inputs; Tensorforge "
+                           "unrolls loops and needs a condition known at compile time "
+                           "(leave it empty and use the trip count M)")
+    return bool(cond.const.ravel()[0])
+
+
+def _body_condition(cond: Value, iteration: int) -> bool:
+    if not cond.is_const:
+        raise CompileError(f"the condition Loop's body computes in iteration {iteration} "
+                           "depends on the model's inputs; Tensorforge unrolls loops and "
+                           "needs it to be known at compile time")
+    return bool(cond.const.ravel()[0])
+
+
+def _run_iteration(cx, body, iteration: int, carried: list[Value]) -> list[Value]:
+    names = [i.name for i in body.input]
+    if len(names) != 2 + len(carried):
+        raise CompileError(f"Loop's body takes {len(names)} inputs but the Loop passes "
+                           f"{2 + len(carried)} (iteration number, condition, carried values)")
+    bindings = {names[0]: cx.const(np.array(iteration, np.int64), "iteration"),
+                names[1]: cx.const(np.array(True), "cond")}
+    bindings.update(zip(names[2:], carried))
+    with cx.scope():
+        return convert_subgraph(cx, body, bindings)
+
+
+def _stack(cx, values: list[Value], k: int, name: str) -> Value:
+    """Scan output k: the per-iteration values stacked along a new first axis."""
+    if not values:
+        raise CompileError(f"Loop runs zero times, so the shape of scan output {k} is unknown")
+    shape = values[0].shape
+    if any(v.shape != shape or v.dtype != values[0].dtype for v in values):
+        raise CompileError(f"Loop's scan output {k} changes shape between iterations; "
+                           "stacked outputs need one shape")
+    if all(v.is_const for v in values):
+        return cx.const(np.stack([v.const for v in values]), "scan")
+    rows = [cx.emit("Reshape", [v], [((1, *shape), v.dtype)], {"shape": (1, *shape)},
+                    names=[f"{v.name}_row"])[0] for v in values]
+    if len(rows) == 1:
+        return rows[0]
+    return cx.emit("Concat", rows, [((len(rows), *shape), values[0].dtype)], {"axis": 0},
+                   names=[name])[0]

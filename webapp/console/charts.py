@@ -1,0 +1,82 @@
+"""Tiny server-side SVG charts: bars at the median with whiskers up to p90 (no JS library)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WIDTH, ROW, LEFT, RIGHT = 640, 44, 150, 90
+COLORS = {"compiled": "#4f46e5", "onnxruntime": "#94a3b8"}
+
+
+@dataclass
+class Bar:
+    label: str
+    sublabel: str
+    median: float
+    p90: float
+    color: str
+    y: int = 0
+    width: float = 0.0
+    whisker: float = 0.0
+
+
+def _nice_max(value: float) -> float:
+    if value <= 0:
+        return 1.0
+    scale = 10 ** len(str(int(value))) / 10 if value >= 1 else 1.0
+    for step in (1, 2, 2.5, 5, 10):
+        if value <= step * scale:
+            return step * scale
+    return value
+
+
+def _ticks(top: float) -> list[float]:
+    return [top * k / 4 for k in range(5)]
+
+
+def latency_chart(rows: list[tuple[str, str, dict]]) -> dict | None:
+    """rows: (label, runtime, stats with median_ms/p90_ms) -> geometry for the SVG template."""
+    bars = [Bar(label, runtime, s["median_ms"], s["p90_ms"], COLORS.get(runtime, "#0ea5e9"))
+            for label, runtime, s in rows if s]
+    if not bars:
+        return None
+    top = _nice_max(max(b.p90 for b in bars))
+    span = WIDTH - LEFT - RIGHT
+    for k, b in enumerate(bars):
+        b.y = 28 + k * ROW
+        b.width = max(span * b.median / top, 1.5)
+        b.whisker = span * b.p90 / top
+    height = 28 + len(bars) * ROW + 30
+    ticks = [{"x": LEFT + span * t / top, "label": fmt_ms(t)} for t in _ticks(top)]
+    return {"bars": bars, "width": WIDTH, "height": height, "left": LEFT, "ticks": ticks,
+            "axis_y": height - 24, "span": span}
+
+
+def fmt_ms(value: float) -> str:
+    if value == 0:
+        return "0"
+    if value < 0.01:
+        return f"{value * 1000:.1f} µs"
+    if value < 1:
+        return f"{value * 1000:.0f} µs"
+    return f"{value:.3g} ms"
+
+
+def job_chart(job) -> dict | None:
+    r = job.results or {}
+    if "compiled" not in r:
+        return None
+    return latency_chart([("Tensorforge", "compiled", r["compiled"]),
+                          ("ONNX Runtime", "onnxruntime", r["onnxruntime"])])
+
+
+def compare_chart(jobs) -> dict | None:
+    rows = []
+    for n, job in enumerate(jobs, 1):
+        r = job.results or {}
+        if "compiled" in r:
+            rows.append((f"#{n} {job.target} O{job.opt_level}", "compiled", r["compiled"]))
+    base = next((j.results["onnxruntime"] for j in jobs if "onnxruntime" in (j.results or {})),
+                None)
+    if base:
+        rows.append(("ONNX Runtime", "onnxruntime", base))
+    return latency_chart(rows)
