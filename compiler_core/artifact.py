@@ -121,6 +121,8 @@ size_t tf_arena_size(void);
 /* Like tf_run_with_arena, adding each kernel's wall time in nanoseconds to ns[k]. */
 int tf_profile(const void *const *inputs, void *const *outputs, void *arena, int64_t *ns);
 int tf_num_kernels(void);
+/* Threads for the model's parallel loops (default 1); returns the value in effect. */
+int tf_set_num_threads(int n);
 
 #ifdef __cplusplus
 }}

@@ -10,6 +10,7 @@ import numpy as np
 from .artifact import Artifact, artifact_files
 from .codegen.link import emit_object, link_shared
 from .codegen.module_builder import Step, build_module
+from .codegen.parallel import uses_openmp
 from .errors import CompileError
 from .frontend.onnx import import_model
 from .ir import Graph
@@ -32,7 +33,7 @@ def compile(model, input_shapes: dict | None = None, target: str = "native", opt
     obj = emit_object(str(module), tgt.spec, opt_level)
     with tempfile.TemporaryDirectory(prefix="tensorforge-") as tmp:
         so_path = Path(tmp) / "model.so"
-        link_shared(obj, pack_weights(plan), Path(tmp) / "build", so_path)
+        link_shared(obj, pack_weights(plan), Path(tmp) / "build", so_path, uses_openmp(module))
         so_bytes = so_path.read_bytes()
     stats = {"compile_seconds": round(time.perf_counter() - started, 3),
              "arena_bytes": plan.arena_size, "weights_bytes": plan.weights_size,

@@ -42,13 +42,14 @@ def emit_object(llvm_ir: str, spec: MachineSpec, opt_level: int) -> bytes:
     return tm.emit_object(mod)
 
 
-def link_shared(obj: bytes, weights: bytes, workdir: Path, out: Path) -> None:
+def link_shared(obj: bytes, weights: bytes, workdir: Path, out: Path, openmp: bool) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "kernels.o").write_bytes(obj)
     (workdir / "weights.bin").write_bytes(weights)
     (workdir / "weights.s").write_text(WEIGHTS_ASM.format(path=(workdir / "weights.bin").resolve()))
     cmd = [find_cc(), "-shared", "-fPIC", "-o", str(out), str(workdir / "kernels.o"),
-           str(workdir / "weights.s"), "-lm", "-Wl,-z,noexecstack"]
+           str(workdir / "weights.s"), *(["-lgomp"] if openmp else []), "-lm",
+           "-Wl,-z,noexecstack"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise LinkError(f"linking failed: {proc.stderr.strip()[:2000]}")

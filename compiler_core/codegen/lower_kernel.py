@@ -44,17 +44,30 @@ def is_unsigned(dtype) -> bool:
     return np.dtype(dtype).kind in "ub"
 
 
+class RawIndex(L.Expr):
+    """An int64 LLVM value standing in the loop IR (loop bounds of outlined parallel loops)."""
+    dtype = L.INDEX
+
+    def __init__(self, value: ir.Value):
+        self.value = value
+
+
 class KernelLowering:
-    def __init__(self, module: ir.Module, kernel: L.Kernel):
+    def __init__(self, module: ir.Module, kernel: L.Kernel, name: str | None = None,
+                 index_args: int = 0):
+        """One function per kernel: a pointer per param, then `index_args` int64 args."""
         self.module = module
         self.kernel = kernel
-        fnty = ir.FunctionType(ir.VoidType(), [PTR] * len(kernel.params))
-        self.fn = ir.Function(module, fnty, name=kernel.name)
+        nparams = len(kernel.params)
+        fnty = ir.FunctionType(ir.VoidType(), [PTR] * nparams + [I64] * index_args)
+        self.fn = ir.Function(module, fnty, name=name or kernel.name)
         self.fn.linkage = "internal"
         self.fn.attributes.add("nounwind")
-        for arg in self.fn.args:
+        for arg in self.fn.args[:nparams]:
             arg.add_attribute("noalias")
         self.ptrs = dict(zip((id(b) for b in kernel.params), self.fn.args))
+        self.depth = 0
+        self.outlined = 0
         entry = self.fn.append_basic_block("entry")
         self.alloca_builder = ir.IRBuilder(entry)
         body = self.fn.append_basic_block("body")
@@ -76,6 +89,16 @@ class KernelLowering:
             getattr(self, "s_" + type(s).__name__)(s)
 
     def s_For(self, s: L.For):
+        if s.kind == "parallel" and self.depth == 0:
+            from .parallel import lower_parallel_for
+            return lower_parallel_for(self, s)
+        self.depth += 1
+        try:
+            self._serial_for(s)
+        finally:
+            self.depth -= 1
+
+    def _serial_for(self, s: L.For):
         b = self.b
         start, stop = self.expr(s.start), self.expr(s.stop)
         pre = b.block
@@ -154,7 +177,13 @@ class KernelLowering:
     def e_Var(self, e: L.Var):
         return self.vars[id(e)]
 
+    def e_RawIndex(self, e: RawIndex):
+        return e.value
+
     def e_Get(self, e: L.Get):
+        if id(e.local) not in self.locals:
+            raise ValueError(f"kernel {self.kernel.name}: local {e.local.name} is read outside "
+                             "the scope that declares it (parallel loops cannot read outer locals)")
         return self.b.load(self.locals[id(e.local)], typ=llvm_type(e.local.dtype))
 
     def e_Load(self, e: L.Load):

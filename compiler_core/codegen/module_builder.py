@@ -6,6 +6,7 @@ Exported C ABI (see model.h):
     size_t tf_arena_size(void);
     int    tf_profile(inputs, outputs, arena, int64_t *ns);  // adds each kernel's time to ns[k]
     int    tf_num_kernels(void);
+    int    tf_set_num_threads(int n);                            // parallel loops (libgomp)
 Weights live in a separate object (`tf_weights`, hidden) assembled from raw bytes, so
 hundreds of megabytes of constants never pass through LLVM's textual IR.
 """
@@ -19,6 +20,7 @@ from ..ir import Guard, Value
 from ..ir.loops import Kernel
 from ..passes.memory_plan import MemoryPlan
 from .lower_kernel import I8, I32, I64, PTR, lower_kernel, mem_type
+from .parallel import threads_global
 
 
 @dataclass
@@ -40,7 +42,18 @@ def build_module(name: str, triple: str, steps: list[Step], plan: MemoryPlan) ->
     _entry(module, "tf_profile", steps, fns, plan, weights, profile=True)
     _static_entry(module, entry, plan)
     _constant_fn(module, "tf_num_kernels", I32, len(steps))
+    _set_threads_fn(module)
     return module
+
+
+def _set_threads_fn(module) -> None:
+    """int tf_set_num_threads(int n): threads for parallel loops from now on; returns n."""
+    fn = ir.Function(module, ir.FunctionType(I32, [I32]), name="tf_set_num_threads")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    n = b.select(b.icmp_signed("<", fn.args[0], ir.Constant(I32, 1)), ir.Constant(I32, 1),
+                 fn.args[0])
+    b.store(n, threads_global(module))
+    b.ret(n)
 
 
 def _entry(module, name, steps, fns, plan, weights, profile=False) -> ir.Function:

@@ -342,11 +342,17 @@ class KernelBuilder:
 
     @contextlib.contextmanager
     def loops(self, shape, kind="serial"):
-        """Nested loops over `shape`; yields the tuple of index vars (outermost first)."""
+        """Nested loops over `shape`; yields the tuple of indices (outermost first).
+        Extent-1 dims get no loop (index 0); `kind` goes to the outermost real loop."""
         with contextlib.ExitStack() as stack:
-            idx = tuple(stack.enter_context(self.loop(n, kind=kind if d == 0 else "serial"))
-                        for d, n in enumerate(shape))
-            yield idx
+            idx = []
+            for n in shape:
+                if n == 1:
+                    idx.append(Const(0))
+                    continue
+                first = all(isinstance(i, Const) for i in idx)
+                idx.append(stack.enter_context(self.loop(n, kind=kind if first else "serial")))
+            yield tuple(idx)
 
     @contextlib.contextmanager
     def if_(self, cond: Expr):

@@ -219,6 +219,13 @@ def _dequantize(attrs, x, scale, zp=None):
     return cast(v * cast(scale, f32), scale.dtype)
 
 
+PARALLEL_MIN_ELEMENTS = 1 << 15  # below this, waking threads costs more than it saves
+
+
+def loop_kind(size: int) -> str:
+    return "parallel" if size >= PARALLEL_MIN_ELEMENTS else "serial"
+
+
 def scalar_expr(op: str, attrs: dict, args: list) -> L.Expr:
     return SCALAR[op](attrs, *args)
 
@@ -226,7 +233,7 @@ def scalar_expr(op: str, attrs: dict, args: list) -> L.Expr:
 @lowering("Fused")
 def lower_fused(node, kb, ins, outs):
     out = outs[0]
-    with kb.loops(out.shape) as idx:
+    with kb.loops(out.shape, kind=loop_kind(out.size)) as idx:
         loads = [b[broadcast_index(idx, b.shape, out.shape)] for b in ins]
         values: list = []
         for op, attrs, args in node.attrs["program"]:
@@ -242,7 +249,7 @@ def lower_fused(node, kb, ins, outs):
 def lower_elementwise(node, kb, ins, outs):
     out = outs[0]
     present = [(k, b) for k, b in enumerate(ins) if b is not None]
-    with kb.loops(out.shape) as idx:
+    with kb.loops(out.shape, kind=loop_kind(out.size)) as idx:
         args = [None] * len(ins)
         for k, b in present:
             args[k] = b[broadcast_index(idx, b.shape, out.shape)]

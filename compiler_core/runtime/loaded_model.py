@@ -24,6 +24,8 @@ class LoadedModel:
         self._run = self._lib.tf_run_with_arena
         self._run.restype = ctypes.c_int
         self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self._lib.tf_set_num_threads.argtypes = [ctypes.c_int]
+        self._lib.tf_set_num_threads(self.threads)
         self._lib.tf_arena_size.restype = ctypes.c_size_t
         size = int(self._lib.tf_arena_size())
         self._arena = np.empty(size + 64, np.uint8)
