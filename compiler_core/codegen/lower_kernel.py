@@ -309,6 +309,9 @@ class KernelLowering:
             return ir.Constant(I1, 0)
         raise NotImplementedError(f"unary {op} on integers")
 
+    def e_Bitcast(self, e: L.Bitcast):
+        return self.b.bitcast(self.expr(e.a), llvm_type(e.dtype))
+
     def e_Cast(self, e: L.Cast):
         a = self.expr(e.a)
         src, dst = np.dtype(e.a.dtype), np.dtype(e.dtype)

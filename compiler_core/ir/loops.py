@@ -163,6 +163,13 @@ class Cast(Expr):
 
 
 @dataclass(eq=False)
+class Bitcast(Expr):
+    """Reinterpret the bits as another type of the same width (float32 <-> int32)."""
+    a: Expr
+    dtype: np.dtype
+
+
+@dataclass(eq=False)
 class Local:
     name: str
     dtype: np.dtype
@@ -292,6 +299,13 @@ def select(cond: Expr, a, b) -> Expr:
 def cast(a: Expr, dtype) -> Expr:
     dtype = _dt(dtype)
     return a if a.dtype == dtype else Cast(a, dtype)
+
+
+def bitcast(a: Expr, dtype) -> Expr:
+    dtype = _dt(dtype)
+    if dtype.itemsize != a.dtype.itemsize:
+        raise TypeError(f"bitcast {a.dtype} -> {dtype}: sizes differ")
+    return Bitcast(a, dtype)
 
 
 def call(op: str, a: Expr) -> Expr:

@@ -127,3 +127,66 @@ def conv_tap_offsets(in_channels, kernel, dilations, strides, q_shape) -> np.nda
                 off += phase * ps * plane + shift * qs
             offs.append(off)
     return np.asarray(offs, np.int64)
+
+
+@lowering("ConvTranspose")
+def lower_conv_transpose(node, kb, ins, outs):
+    """Per image and group: col = W^T X (a GEMM), then col2im scatters col into y.
+
+    col[(oc, tap), i] is what input position i contributes to output i * s - pad + tap * d.
+    W is (C, OC / group, *kernel), so for a fixed input channel the (oc, tap) rows are
+    contiguous and the GEMM's A operand is read along rows of W.
+    """
+    x, w, bias = ins
+    y, col = outs
+    group = node.attrs["group"]
+    N, C = x.shape[:2]
+    OC = y.shape[1]
+    icg, ocg = C // group, OC // group
+    taps = int(np.prod(w.shape[2:], dtype=np.int64))
+    rows = ocg * taps
+    plane = int(np.prod(x.shape[2:], dtype=np.int64))
+    with kb.loop(N, name="n") as n:
+        _fill_bias(kb, y, n, bias)
+        with kb.loop(group, name="g") as g:
+            x_base = (n * C + g * icg) * plane
+            emit_gemm(kb, GemmShape(rows, plane, icg),
+                      lambda m0, i, k: w.flat((g * icg + k) * rows + m0 + i),
+                      lambda k, p: x.flat(x_base + k * plane + p),
+                      lambda m, p, acc: kb.store_flat(col, m * plane + p, acc), y.dtype)
+            _col2im(kb, y, col, n, g * ocg, ocg, w.shape[2:], node.attrs, x.shape[2:])
+
+
+def _fill_bias(kb, y, n, bias):
+    OC = y.shape[1]
+    plane = int(np.prod(y.shape[2:], dtype=np.int64))
+    with kb.loop(OC, name="oc") as oc:
+        value = bias[oc] if bias is not None else as_expr(0.0, y.dtype)
+        with kb.loop(plane, name="s") as s:
+            kb.store_flat(y, (n * OC + oc) * plane + s, value)
+
+
+def _col2im(kb, y, col, n, oc0, ocg, kernel, attrs, in_spatial):
+    """One static loop nest per kernel tap, over exactly the inputs that land inside y."""
+    strides, dilations, pads = attrs["strides"], attrs["dilations"], attrs["pads_begin"]
+    out_spatial = y.shape[2:]
+    in_plane = int(np.prod(in_spatial, dtype=np.int64))
+    in_strides = grid_strides(in_spatial)
+    for tap_index, tap in enumerate(itertools.product(*[range(k) for k in kernel])):
+        lo = [max(0, math.ceil((p - t * d) / s)) for p, t, d, s in zip(pads, tap, dilations, strides)]
+        hi = [min(i, math.ceil((o + p - t * d) / s)) for i, o, p, t, d, s in
+              zip(in_spatial, out_spatial, pads, tap, dilations, strides)]
+        if any(a >= b for a, b in zip(lo, hi)):
+            continue
+        with kb.loop(ocg, name="oc") as oc:
+            row = (oc * _tap_count(kernel) + tap_index) * in_plane
+            with kb.loops([b - a for a, b in zip(lo, hi)]) as rel:
+                i = [r + a for r, a in zip(rel, lo)]
+                o = tuple(ii * s - p + t * d for ii, s, p, t, d in zip(i, strides, pads, tap, dilations))
+                src = row + sum((ii * st for ii, st in zip(i, in_strides)), as_expr(0))
+                dst = (n, oc0 + oc, *o)
+                kb.store(y, dst, y[dst] + col.flat(src))
+
+
+def _tap_count(kernel) -> int:
+    return int(np.prod(kernel, dtype=np.int64))

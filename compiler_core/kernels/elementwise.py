@@ -10,6 +10,7 @@ import numpy as np
 
 from ..ir import loops as L
 from ..ir.loops import as_expr, broadcast_index, call, cast, maximum, minimum, select
+from .fastmath import math_call
 from .registry import lowering
 
 SCALAR: dict = {}
@@ -99,7 +100,7 @@ for _op, _fn in {"Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Sin": "sin", "Cos"
                  "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh",
                  "Tanh": "tanh", "Floor": "floor", "Ceil": "ceil", "Round": "round",
                  "Erf": "erf", "Abs": "abs", "Sign": "sign", "Neg": "neg", "IsNaN": "isnan"}.items():
-    SCALAR[_op] = (lambda f: lambda attrs, a: call(f, a))(_fn)
+    SCALAR[_op] = (lambda f: lambda attrs, a: math_call(f, a))(_fn)
 
 
 @scalar("IsInf")
@@ -134,25 +135,25 @@ SCALAR["ThresholdedRelu"] = lambda attrs, a: select(a > _c(attrs["alpha"], a), a
 
 @scalar("Elu")
 def _elu(attrs, a):
-    return select(a < _c(0, a), _c(attrs["alpha"], a) * (call("exp", a) - _c(1, a)), a)
+    return select(a < _c(0, a), _c(attrs["alpha"], a) * (math_call("exp", a) - _c(1, a)), a)
 
 
 @scalar("Celu")
 def _celu(attrs, a):
     alpha = _c(attrs["alpha"], a)
-    neg = alpha * (call("exp", a / alpha) - _c(1, a))
+    neg = alpha * (math_call("exp", a / alpha) - _c(1, a))
     return maximum(a, _c(0, a)) + minimum(_c(0, a), neg)
 
 
 @scalar("Selu")
 def _selu(attrs, a):
     alpha, gamma = _c(attrs["alpha"], a), _c(attrs["gamma"], a)
-    return gamma * select(a > _c(0, a), a, alpha * (call("exp", a) - _c(1, a)))
+    return gamma * select(a > _c(0, a), a, alpha * (math_call("exp", a) - _c(1, a)))
 
 
 @scalar("Sigmoid")
 def _sigmoid(attrs, a):
-    return _c(1, a) / (_c(1, a) + call("exp", -a))
+    return _c(1, a) / (_c(1, a) + math_call("exp", -a))
 
 
 @scalar("HardSigmoid")
@@ -169,12 +170,12 @@ def _hard_swish(attrs, a):
 @scalar("Softplus")
 def _softplus(attrs, a):
     # log1p(exp(x)) overflows for large x, where the answer is x itself
-    safe = call("log", _c(1, a) + call("exp", minimum(a, _c(20, a))))
+    safe = math_call("log", _c(1, a) + math_call("exp", minimum(a, _c(20, a))))
     return select(a > _c(20, a), a, safe)
 
 
 SCALAR["Softsign"] = lambda attrs, a: a / (_c(1, a) + call("abs", a))
-SCALAR["Mish"] = lambda attrs, a: a * call("tanh", _softplus(attrs, a))
+SCALAR["Mish"] = lambda attrs, a: a * math_call("tanh", _softplus(attrs, a))
 
 
 @scalar("Gelu")
@@ -182,8 +183,8 @@ def _gelu(attrs, a):
     half = _c(0.5, a)
     if attrs.get("approximate", "none") == "tanh":
         inner = _c(math.sqrt(2 / math.pi), a) * (a + _c(0.044715, a) * a * a * a)
-        return half * a * (_c(1, a) + call("tanh", inner))
-    return half * a * (_c(1, a) + call("erf", a * _c(1 / math.sqrt(2), a)))
+        return half * a * (_c(1, a) + math_call("tanh", inner))
+    return half * a * (_c(1, a) + math_call("erf", a * _c(1 / math.sqrt(2), a)))
 
 
 @scalar("Clip")

@@ -7,14 +7,16 @@ from ..ir import Graph
 from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .finalize_outputs import finalize_outputs
+from .fold_batchnorm import fold_batchnorm
+from .fuse_activation import fuse_activation
 from .fuse_elementwise import fuse_elementwise
 
 Pass = Callable[[Graph], Graph]
 
 PIPELINES: dict[str, list[Pass]] = {
     "O0": [finalize_outputs, eliminate_dead_code],
-    "O1": [eliminate_dead_code, eliminate_common_subexpressions, finalize_outputs,
-           eliminate_dead_code],
+    "O1": [eliminate_dead_code, fold_batchnorm, fuse_activation, eliminate_common_subexpressions,
+           finalize_outputs, eliminate_dead_code],
 }
 PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise]
 PIPELINES["O3"] = PIPELINES["O2"]

@@ -105,6 +105,50 @@ def conv_input(cx, x, strides, pads_begin, pads_end, fill):
     return cx.emit("ConvPad", [x], [(shape, x.dtype)], attrs, [f"{x.name}_padded"])[0]
 
 
+
+@converter("ConvTranspose", 1)
+def conv_transpose(cx, inputs):
+    x, w, b = (list(inputs) + [None, None])[:3]
+    rank = len(x.shape) - 2
+    if rank < 1 or len(w.shape) != rank + 2:
+        raise CompileError(f"ConvTranspose needs an input of rank >= 3 and weights of the same "
+                           f"rank, got {list(x.shape)} and {list(w.shape)}")
+    group = int(cx.attr("group", 1))
+    N, C = x.shape[:2]
+    if C != w.shape[0] or C % group:
+        raise CompileError(f"ConvTranspose weights {list(w.shape)} do not fit {C} input channels "
+                           f"with group={group}")
+    kernel = list(w.shape[2:])
+    strides = _ints(cx.attr("strides"), rank, 1, "strides")
+    dilations = _ints(cx.attr("dilations"), rank, 1, "dilations")
+    out_pad = _ints(cx.attr("output_padding"), rank, 0, "output_padding")
+    pb, out = _transpose_geometry(cx, x.shape[2:], kernel, strides, dilations, out_pad)
+    OC = w.shape[1] * group
+    attrs = {"group": group, "strides": strides, "dilations": dilations, "pads_begin": pb}
+    col = ((w.shape[1] * int(np.prod(kernel)), int(np.prod(x.shape[2:]))), x.dtype)
+    names = [cx.node.output[0], "conv_transpose_col"]
+    return cx.emit("ConvTranspose", [x, w, b], [((N, OC, *out), x.dtype), col], attrs, names)[:1]
+
+
+def _transpose_geometry(cx, in_spatial, kernel, strides, dilations, out_pad):
+    """(pads_begin, output spatial shape) from pads, output_shape or auto_pad."""
+    rank = len(in_spatial)
+    full = [s * (n - 1) + op + (k - 1) * d + 1
+            for n, k, s, d, op in zip(in_spatial, kernel, strides, dilations, out_pad)]
+    auto = cx.attr("auto_pad", "NOTSET")
+    target = cx.attr("output_shape")
+    if target is not None:
+        target = [int(t) for t in target][-rank:]
+    if cx.attr("pads") is not None or (auto in ("NOTSET", "VALID", "") and target is None):
+        pads = [0] * 2 * rank if auto == "VALID" else _ints(cx.attr("pads"), 2 * rank, 0, "pads")
+        out = target or [f - a - b for f, a, b in zip(full, pads[:rank], pads[rank:])]
+        return pads[:rank], out
+    target = target or [n * s for n, s in zip(in_spatial, strides)]
+    total = [f - t for f, t in zip(full, target)]
+    begin = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+    return begin, target
+
+
 # ---------------------------------------------------------------- pooling
 
 def _pool(cx, inputs, kind: str, p: float = 2):

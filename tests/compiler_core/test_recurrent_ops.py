@@ -1,0 +1,108 @@
+"""LSTM, GRU and RNN against ONNX Runtime: directions, biases, initial states, peepholes,
+sequence lengths, activations, clip and both layouts."""
+import numpy as np
+import pytest
+from onnx import helper
+
+import compiler_core as cc
+from compiler_core.frontend.onnx import import_model
+
+from .helpers import assert_matches, make_model, rand
+
+F = np.float32
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+SEQ, BATCH, INPUT, HIDDEN = 5, 3, 6, 8
+
+
+def recurrent_model(op, direction="forward", bias=True, initial=False, peepholes=False,
+                    seq_lens=None, layout=0, weights_as_inputs=False, outputs=("Y", "Y_h"),
+                    **attrs):
+    """One recurrent node; returns (model, feeds)."""
+    dirs = 2 if direction == "bidirectional" else 1
+    g = GATES[op]
+    x_shape = (SEQ, BATCH, INPUT) if layout == 0 else (BATCH, SEQ, INPUT)
+    state_shape = (dirs, BATCH, HIDDEN) if layout == 0 else (BATCH, dirs, HIDDEN)
+    tensors = {"W": rand(dirs, g * HIDDEN, INPUT, seed=1), "R": rand(dirs, g * HIDDEN, HIDDEN, seed=2)}
+    if bias:
+        tensors["B"] = rand(dirs, 2 * g * HIDDEN, seed=3)
+    if seq_lens is not None:
+        tensors["sequence_lens"] = np.array(seq_lens, np.int32)
+    if initial:
+        tensors["initial_h"] = rand(*state_shape, seed=4)
+        if op == "LSTM":
+            tensors["initial_c"] = rand(*state_shape, seed=5)
+    if peepholes:
+        tensors["P"] = rand(dirs, 3 * HIDDEN, seed=6)
+    order = ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"][:8 if op == "LSTM" else 6]
+    names = [n if n == "X" or n in tensors else "" for n in order]
+    while names[-1] == "":
+        names.pop()
+    all_outputs = ["Y", "Y_h", "Y_c"][:3 if op == "LSTM" else 2]
+    node = helper.make_node(op, names, [o if o in outputs else "" for o in all_outputs],
+                            hidden_size=HIDDEN, direction=direction, **attrs,
+                            **({"layout": layout} if layout else {}))
+    feeds = {"X": rand(*x_shape, seed=7)}
+    if weights_as_inputs:
+        feeds.update(tensors)
+        inits = []
+    else:
+        inits = list(tensors.items())
+    inputs = [(k, v.dtype, v.shape) for k, v in feeds.items()]
+    model = make_model([node], inputs, [(o, F, None) for o in all_outputs if o in outputs], inits,
+                       opset=14)
+    return model, feeds
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_directions(op, direction):
+    assert_matches(*recurrent_model(op, direction, initial=True))
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_sequence_lens_at_run_time(op):
+    model, feeds = recurrent_model(op, "bidirectional", seq_lens=[5, 2, 3], initial=True,
+                                   weights_as_inputs=True)
+    assert_matches(model, feeds)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_batch_first_layout(op):
+    # ONNX Runtime refuses layout=1; onnx's reference evaluator implements it
+    assert_matches(*recurrent_model(op, "bidirectional", initial=True, layout=1), reference="onnx")
+
+
+def test_lstm_peepholes_clip_and_only_final_states():
+    model, feeds = recurrent_model("LSTM", "bidirectional", initial=True, peepholes=True,
+                                   clip=0.5, outputs=("Y_h", "Y_c"))
+    assert_matches(model, feeds)
+
+
+def test_lstm_input_forget_without_bias():
+    assert_matches(*recurrent_model("LSTM", bias=False, input_forget=1))
+
+
+@pytest.mark.parametrize("lbr", [0, 1])
+def test_gru_linear_before_reset(lbr):
+    assert_matches(*recurrent_model("GRU", "bidirectional", initial=True, linear_before_reset=lbr))
+
+
+def test_alternative_activations():
+    model, feeds = recurrent_model("LSTM", activations=["HardSigmoid", "Relu", "Tanh"],
+                                   activation_alpha=[0.3], activation_beta=[0.4])
+    assert_matches(model, feeds)
+    assert_matches(*recurrent_model("RNN", "bidirectional", activations=["Relu", "Sigmoid"]))
+
+
+def test_weights_are_transposed_at_compile_time():
+    graph = import_model(recurrent_model("GRU")[0])
+    assert [n.op for n in graph.nodes] == ["GRU"]
+    gru = graph.nodes[0]
+    assert gru.inputs[1].shape == (1, INPUT, 3 * HIDDEN) and gru.inputs[1].is_const
+    assert gru.attrs["activations"] == [[["sigmoid", None, None], ["tanh", None, None]]]
+
+
+def test_unknown_activation_is_reported():
+    model, _ = recurrent_model("RNN", activations=["Swish"])
+    with pytest.raises(cc.CompileError, match="activation 'Swish' is not supported"):
+        cc.compile(model)

@@ -1,0 +1,117 @@
+"""Console pages through Django's test client: sign-in, pages, forms, empty and error states."""
+import pytest
+from django.test import Client
+
+from tests.service import onnx_models
+from webapp.accounts.models import ApiToken
+from webapp.jobs.models import CompileJob
+
+RESULTS = {
+    "compiled": {"median_ms": 0.5, "mean_ms": 0.52, "p90_ms": 0.6, "p99_ms": 0.7, "min_ms": 0.4,
+                 "max_ms": 0.9, "std_ms": 0.05, "runs": 100},
+    "onnxruntime": {"median_ms": 1.0, "mean_ms": 1.1, "p90_ms": 1.3, "p99_ms": 1.5,
+                    "min_ms": 0.9, "max_ms": 2.0, "std_ms": 0.1, "runs": 100},
+    "speedup": 2.0, "max_abs_err": 1e-7, "max_rel_err": 1e-7, "allclose": True,
+    "kernels": [{"name": "k0_Add", "op": "Add", "mean_ms": 0.3}], "kernel_count": 1}
+
+
+@pytest.fixture
+def browser(user):
+    client = Client()
+    assert client.login(username="alice", password="correct-horse-battery")
+    return client
+
+
+def test_pages_need_sign_in():
+    resp = Client().get("/models/")
+    assert resp.status_code == 302 and "/login/" in resp["Location"]
+    assert Client().get("/login/").status_code == 200
+
+
+def test_empty_states(browser):
+    assert "No models yet" in browser.get("/models/").content.decode()
+    assert "No jobs" in browser.get("/jobs/").content.decode()
+    assert "No tokens yet" in browser.get("/tokens/").content.decode()
+
+
+def test_model_page_asks_for_symbolic_dims_and_submits(browser, api, uploaded, no_enqueue):
+    page = browser.get(f"/models/{uploaded['id']}/").content.decode()
+    assert 'name="dim__x__0"' in page and "Compile" in page
+    resp = browser.post(f"/models/{uploaded['id']}/", {
+        "dim__x__0": "4", "target": "native", "opt_level": "3", "threads": "1",
+        "tuning_kind": "none"})
+    job = CompileJob.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == f"/jobs/{job.id}/"
+    assert job.input_shapes == {"x": [4, 256]} and no_enqueue
+
+
+def test_compile_form_errors_are_shown(browser, uploaded, no_enqueue):
+    resp = browser.post(f"/models/{uploaded['id']}/", {"dim__x__0": "", "threads": "1"})
+    assert resp.status_code == 400
+    assert "symbolic dimensions" in resp.content.decode()
+    assert not CompileJob.objects.exists()
+
+
+def test_unsupported_ops_are_highlighted(browser, api, s3):
+    model = api.upload(onnx_models.unsupported()).json()
+    page = browser.get(f"/models/{model['id']}/").content.decode()
+    assert "cannot be compiled yet" in page and "TfIdfVectorizer" in page
+
+
+def test_job_page_shows_chart_speedup_kernels_and_live_fragment(browser, api, uploaded,
+                                                               no_enqueue):
+    job_id = api.post_json("/api/v1/jobs", {"model": uploaded["id"],
+                                            "input_shapes": {"x": [1, 256]}}).json()["id"]
+    live = browser.get(f"/jobs/{job_id}/live/").content.decode()
+    assert 'data-live="true"' in live and "Waiting for a worker" in live
+    CompileJob.objects.filter(pk=job_id).update(state="succeeded", stage="upload",
+                                                progress=1.0, results=RESULTS)
+    page = browser.get(f"/jobs/{job_id}/").content.decode()
+    assert "<svg" in page and "2.00×" in page and "k0_Add" in page
+    assert 'data-live="false"' in page
+    compare = browser.get(f"/models/{uploaded['id']}/compare/?job={job_id}").content.decode()
+    assert "<svg" in compare and "2.00×" in compare
+
+
+def test_failed_job_shows_its_reason(browser, api, uploaded, no_enqueue):
+    job_id = api.post_json("/api/v1/jobs", {"model": uploaded["id"],
+                                            "input_shapes": {"x": [1, 256]}}).json()["id"]
+    CompileJob.objects.filter(pk=job_id).update(state="failed", stage="build",
+                                                error="the build ran out of cheese")
+    page = browser.get(f"/jobs/{job_id}/").content.decode()
+    assert "The job failed" in page and "ran out of cheese" in page
+    assert "ran out of cheese" in browser.get("/jobs/?state=failed").content.decode()
+
+
+def test_other_users_pages_are_404(browser, make_user, s3):
+    from tests.service.conftest import ApiClient
+    other = ApiClient(ApiToken.issue(make_user("bob"), "t")[1])
+    model = other.upload(onnx_models.elementwise()).json()
+    assert browser.get(f"/models/{model['id']}/").status_code == 404
+    assert browser.get(f"/models/{model['id']}/compare/").status_code == 404
+
+
+def test_tokens_are_shown_once_and_revocable(browser):
+    resp = browser.post("/tokens/", {"name": "github"})
+    raw = resp.context["new_token"]
+    assert raw in resp.content.decode()
+    assert raw not in browser.get("/tokens/").content.decode()
+    token = ApiToken.objects.get()
+    browser.post(f"/tokens/{token.id}/revoke/")
+    token.refresh_from_db()
+    assert not token.is_active and ApiToken.authenticate(raw) is None
+
+
+def test_session_api_calls_need_csrf(user, s3):
+    client = Client(enforce_csrf_checks=True)
+    client.login(username="alice", password="correct-horse-battery")
+    assert client.get("/api/v1/models").status_code == 200
+    from django.core.files.uploadedfile import SimpleUploadedFile
+    resp = client.post("/api/v1/models", {"file": SimpleUploadedFile("m.onnx", b"x")})
+    assert resp.status_code == 403 and "CSRF" in resp.json()["error"]
+
+
+def test_api_docs_page_lists_every_endpoint(browser):
+    page = browser.get("/docs/api").content.decode()
+    for path in ("/api/v1/models", "/api/v1/jobs/{id}/cancel", "/api/v1/targets"):
+        assert path in page
