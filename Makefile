@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | md5sum | cut -c1-12)
 
-.PHONY: run setup test test-slow test-conformance test-public-models conformance-report bench clean
+.PHONY: run setup test test-service chromium test-slow test-conformance test-public-models conformance-report bench clean
 
 setup: $(STAMP)
 
@@ -15,8 +15,18 @@ $(STAMP): requirements.txt
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-test: setup
+test: setup chromium
 	$(PY) -m pytest
+
+# the service tests only (API, pipeline end to end, failure paths, console, browser)
+test-service: setup chromium
+	$(PY) -m pytest tests/service
+
+# Debian's Chromium for the browser test (never `playwright install`); skipped when not root
+chromium:
+	@test -x /usr/bin/chromium || { test "$$(id -u)" = 0 && \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+		|| echo "warning: /usr/bin/chromium missing and cannot be installed; the browser test will be skipped"; }
 
 # the full-size CNNs and other long suites
 test-slow: setup

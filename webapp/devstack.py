@@ -201,18 +201,19 @@ def manage(*args: str, env: dict) -> str:
 
 
 def first_user(env: dict) -> tuple[str, str]:
-    """Create the first user once; its credentials are kept in var/first_user.txt."""
+    """The first user; its credentials are kept in var/first_user.txt and re-applied on every
+    start, so a deleted database gets the same sign-in back."""
     path = VAR / "first_user.txt"
     if path.exists():
         username, password = path.read_text().split("\n")[:2]
-        return username, password
-    username, password = "admin", secrets.token_urlsafe(12)
+    else:
+        username, password = "admin", secrets.token_urlsafe(12)
+        path.write_text(f"{username}\n{password}\n")
+        path.chmod(0o600)
     manage("shell", "-c", (
         "from django.contrib.auth import get_user_model as g; U = g(); "
         f"u = U.objects.filter(username={username!r}).first() or U(username={username!r}); "
         f"u.is_staff = True; u.set_password({password!r}); u.save()"), env=env)
-    path.write_text(f"{username}\n{password}\n")
-    path.chmod(0o600)
     return username, password
 
 
@@ -231,7 +232,7 @@ def run() -> None:
         os.environ.update(env)
         print("migrating the database ...", flush=True)
         manage("migrate", "--noinput", env=env)
-        manage("shell", "-c", "from webapp.jobs import storage; storage.ensure_bucket()", env=env)
+        manage("init_storage", env=env)
         username, password = first_user(env)
         port = int(os.environ.get("PORT", 8000))
         procs.append(start("worker", celery_worker_cmd(), VAR / "log", env=env))

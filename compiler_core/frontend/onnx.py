@@ -17,6 +17,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import CompileError
 from ..ir import Graph, Guard, Node, Value
+from .functions import body_opset, expand, function_body, has_function, schema_defaults
 from .model_file import load_model, model_opset
 from .registry import find_converter
 
@@ -73,7 +74,7 @@ def _nodes_needing_converters(graph: onnx.GraphProto, opset: int, outer=frozense
                                           and not _has_subgraph(node)):
             consts.update(node.output)
             continue
-        if find_converter(node.op_type, opset) is None:
+        if find_converter(node.op_type, opset) is None and not has_function(node.op_type, opset):
             yield node
         for attr in node.attribute:
             for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
@@ -113,7 +114,9 @@ class Importer:
         if v.name == name:
             return v
         self.node = None
-        return self.emit("Copy", [v], [(v.shape, v.dtype)], names=[name])[0]
+        out = self.emit("Copy", [v], [(v.shape, v.dtype)], names=[name])[0]
+        out.name = name  # exactly, even where a subgraph's value took the name first
+        return out
 
     def _graph_inputs(self, graph, input_shapes) -> list[Value]:
         for t in graph.initializer:
@@ -148,7 +151,8 @@ class Importer:
             if outputs is None:
                 fn = find_converter(node.op_type, self.opset)
                 if fn is None:
-                    raise CompileError(f"operator {node.op_type} is not supported")
+                    self._expand_function(node, inputs)
+                    return
                 outputs = fn(self, inputs)
         except CompileError as exc:
             raise CompileError(f"node {node.name or node.op_type} ({node.op_type}): {exc}") from None
@@ -158,6 +162,20 @@ class Importer:
                 if v in fresh and v.name != name:
                     v.name = self.unique(name)
                 self.define(name, v)
+
+    def _expand_function(self, node, inputs) -> None:
+        """No converter: convert the ONNX function body that defines the op instead."""
+        proto = function_body(node, self.opset, inputs)
+        if proto is None:
+            raise CompileError(f"operator {node.op_type} is not supported")
+        saved = self.opset
+        self.opset = body_opset(proto, saved)
+        try:
+            defaults = schema_defaults(node.op_type, saved)
+            for n in expand(node, proto, self.unique(node.name or node.op_type), defaults):
+                self.convert_node(n)
+        finally:
+            self.opset = saved
 
     def _fold(self, node, inputs):
         present = [v for v in inputs if v is not None]

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from ..ir.loops import as_expr
-from .matmul import GemmShape, apply_activation, emit_gemm
+from .matmul import GemmShape, Operand, apply_activation, emit_gemm
 from .registry import lowering
 
 
@@ -86,9 +86,6 @@ def lower_conv(node, kb, ins, outs):
             x_base = (n * C + g * icg) * chan
             row0 = g * ocg
 
-            def load_b(k, p):
-                return xq.flat(x_base + koff[k] + p)
-
             def store(m, p, acc):
                 if wide is None:
                     kb.store_flat(y, (n * OC + row0 + m) * P + p, epilogue(row0 + m, acc))
@@ -96,7 +93,8 @@ def lower_conv(node, kb, ins, outs):
                     kb.store_flat(wide, (row0 + m) * P + p, acc)
 
             emit_gemm(kb, GemmShape(ocg, P, kred),
-                      lambda m0, i, k: w.flat((row0 + m0 + i) * kred + k), load_b, store, y.dtype)
+                      Operand(w, lambda m, k: (row0 + m) * kred + k, kred),
+                      Operand(xq, lambda k, p: x_base + koff[k] + p), store, y.dtype)
         if wide is not None:
             _crop(kb, y, wide, n, q_shape, epilogue)
 
@@ -151,8 +149,8 @@ def lower_conv_transpose(node, kb, ins, outs):
         with kb.loop(group, name="g") as g:
             x_base = (n * C + g * icg) * plane
             emit_gemm(kb, GemmShape(rows, plane, icg),
-                      lambda m0, i, k: w.flat((g * icg + k) * rows + m0 + i),
-                      lambda k, p: x.flat(x_base + k * plane + p),
+                      Operand(w, lambda m, k: (g * icg + k) * rows + m),
+                      Operand(x, lambda k, p: x_base + k * plane + p),
                       lambda m, p, acc: kb.store_flat(col, m * plane + p, acc), y.dtype)
             _col2im(kb, y, col, n, g * ocg, ocg, w.shape[2:], node.attrs, x.shape[2:])
 

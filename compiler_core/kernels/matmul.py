@@ -14,13 +14,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..ir.loops import Expr, Get, as_expr, maximum
+from ..ir.loops import INDEX, Buf, Expr, Get, as_expr, maximum
 from .registry import lowering
 
-# A(m0, i, k): element (m0 + i, k) where m0 is the tile's first row (Expr), i its row (int).
-LoadA = Callable[[Expr, int, Expr], Expr]
-LoadB = Callable[[Expr, Expr], Expr]                 # B(k, n)
-Store = Callable[[Expr, Expr, Expr], None]           # store(m, n, acc)
+Store = Callable[[Expr, Expr, Expr], None]  # store(m, n, acc)
 
 MAX_MR = 6
 # Columns per tile by rows per tile: keep about 8-12 ymm accumulators whatever the height.
@@ -35,11 +32,23 @@ class GemmShape:
     K: int
 
 
-def emit_gemm(kb, shape: GemmShape, load_a: LoadA, load_b: LoadB, store: Store,
-              dtype=np.float32) -> None:
-    """Emit loops computing every C[m, n] and handing it to `store`."""
+@dataclass(frozen=True)
+class Operand:
+    """Where a GEMM operand's elements live in a flat buffer.
+
+    For A, element (m, k) is at base(m, k); for B, element (k, n) is at base(k, n).
+    `step` is the flat distance between neighbouring rows of A / columns of B, so a tile
+    computes one base per k and reaches its other elements by constant offsets.
+    """
+    buf: Buf
+    base: Callable[[Expr, Expr], Expr]
+    step: int = 1
+
+
+def emit_gemm(kb, shape: GemmShape, a: Operand, b: Operand, store: Store, dtype=np.float32):
+    """Emit loops computing every C[m, n] = sum_k A(m, k) B(k, n) and handing it to `store`."""
     if shape.N < SMALL_N:
-        _emit_dot_products(kb, shape, load_a, load_b, store, dtype)
+        _emit_dot_products(kb, shape, a, b, store, dtype)
         return
     mr = min(MAX_MR, shape.M)
     nr = min(NR_FOR_MR[mr], shape.N)
@@ -47,41 +56,44 @@ def emit_gemm(kb, shape: GemmShape, load_a: LoadA, load_b: LoadB, store: Store,
     # Row blocks outside: the block's MR rows of A stay in L1 while B streams past.
     if full_m:
         with kb.loop(full_m, name="mb") as mb:
-            _row_block(kb, shape, mb * mr, mr, nr, load_a, load_b, store, dtype)
+            _row_block(kb, shape, mb * mr, mr, nr, a, b, store, dtype)
     if tail_m:
-        _row_block(kb, shape, as_expr(full_m * mr), tail_m, nr, load_a, load_b, store, dtype)
+        _row_block(kb, shape, as_expr(full_m * mr), tail_m, nr, a, b, store, dtype)
 
 
-def _row_block(kb, shape, m0, mr, nr, load_a, load_b, store, dtype):
+def _row_block(kb, shape, m0, mr, nr, a, b, store, dtype):
     """Rows m0 .. m0 + mr of C: full column tiles, then the leftover columns."""
     full_n, tail_n = divmod(shape.N, nr)
     if full_n:
         with kb.loop(full_n, name="nb") as nb:
-            _tile(kb, shape.K, m0, mr, nb * nr, nr, load_a, load_b, store, dtype)
+            _tile(kb, shape.K, m0, mr, nb * nr, nr, a, b, store, dtype)
     if tail_n:
-        _tile(kb, shape.K, m0, mr, as_expr(full_n * nr), tail_n, load_a, load_b, store, dtype)
+        _tile(kb, shape.K, m0, mr, as_expr(full_n * nr), tail_n, a, b, store, dtype)
 
 
-def _tile(kb, K, m0, mr, n0, nr, load_a, load_b, store, dtype):
+def _tile(kb, K, m0, mr, n0, nr, a, b, store, dtype):
     acc = [[kb.local(dtype, 0.0) for _ in range(nr)] for _ in range(mr)]
     with kb.loop(K, kind="scalar", name="k") as k:
-        b_row = [load_b(k, n0 + j) for j in range(nr)]
+        # every operand value is loaded once into a local, which keeps the IR small
+        b_at = kb.local(INDEX, b.base(k, n0), "b_at")
+        b_row = [kb.local(dtype, b.buf.flat(Get(b_at) + j * b.step), "b") for j in range(nr)]
+        a_at = kb.local(INDEX, a.base(m0, k), "a_at")
         for i in range(mr):
-            a = load_a(m0, i, k)
+            a_val = kb.local(dtype, a.buf.flat(Get(a_at) + i * a.step), "a")
             for j in range(nr):
-                kb.set(acc[i][j], Get(acc[i][j]) + a * b_row[j])
+                kb.set(acc[i][j], Get(acc[i][j]) + Get(a_val) * Get(b_row[j]))
     for i in range(mr):
         for j in range(nr):
             store(m0 + i, n0 + j, Get(acc[i][j]))
 
 
-def _emit_dot_products(kb, shape, load_a, load_b, store, dtype):
+def _emit_dot_products(kb, shape, a, b, store, dtype):
     """Few columns (matrix-vector): one reduction over k per output, vectorized along k."""
     with kb.loop(shape.M, name="m") as m:
         for j in range(shape.N):
             acc = kb.local(dtype, 0.0)
             with kb.loop(shape.K, name="k") as k:
-                kb.set(acc, Get(acc) + load_a(m, 0, k) * load_b(k, as_expr(j)))
+                kb.set(acc, Get(acc) + a.buf.flat(a.base(m, k)) * b.buf.flat(b.base(k, as_expr(j))))
             store(m, as_expr(j), Get(acc))
 
 
@@ -114,8 +126,8 @@ def lower_matmul(node, kb, ins, outs):
         b_base = _batch_offsets(idx, b_mat[:-2], batch) * (K * N)
         y_base = _batch_offsets(idx, batch, batch) * (M * N)
         emit_gemm(kb, GemmShape(M, N, K),
-                  lambda m0, i, k: a.flat(a_base + (m0 + i) * K + k),
-                  lambda k, n: b.flat(b_base + k * N + n),
+                  Operand(a, lambda m, k: a_base + m * K + k, K),
+                  Operand(b, lambda k, n: b_base + k * N + n),
                   lambda m, n, acc: kb.store_flat(y, y_base + m * N + n, acc), y.dtype)
 
 
@@ -130,8 +142,8 @@ def lower_gemm(node, kb, ins, outs):
     M, N = y.shape
     K = a.shape[0] if at else a.shape[1]
     alpha, beta = node.attrs["alpha"], node.attrs["beta"]
-    load_a = (lambda m0, i, k: a[k, m0 + i]) if at else (lambda m0, i, k: a[m0 + i, k])
-    load_b = (lambda k, n: b[n, k]) if bt else (lambda k, n: b[k, n])
+    a_op = (Operand(a, lambda m, k: k * M + m) if at else Operand(a, lambda m, k: m * K + k, K))
+    b_op = (Operand(b, lambda k, n: n * K + k, K) if bt else Operand(b, lambda k, n: k * N + n))
 
     def store(m, n, acc):
         value = acc * alpha if alpha != 1.0 else acc
@@ -141,7 +153,7 @@ def lower_gemm(node, kb, ins, outs):
         value = apply_activation(node.attrs.get("activation"), value)
         kb.store(y, (m, n), value)
 
-    emit_gemm(kb, GemmShape(M, N, K), load_a, load_b, store, y.dtype)
+    emit_gemm(kb, GemmShape(M, N, K), a_op, b_op, store, y.dtype)
 
 
 def _broadcast2(shape, m, n) -> tuple:

@@ -1,18 +1,29 @@
 """LSTM, GRU and RNN: the whole time loop in one kernel.
 
-For every time step and batch entry the gate pre-activations are built in a scratch row:
-bias first, then one multiply-add sweep per input element, `row[g] += x[i] * WT[i, g]`,
-with the weights transposed by the converter so that the inner loop runs over contiguous
-gates in both the row and the weights (LLVM turns it into vector FMAs). The hidden and
-cell states live directly in the Y_h / Y_c outputs, so no other scratch is needed.
+Per direction the kernel does two things:
+
+1. Input projection for all time steps at once, before the recurrence (it does not depend
+   on the state): `proj[t, b, g] = bias[g] + sum_i x[t, b, i] * WT[i, g]`. The loop over i
+   is outermost, four rows of WT at a time, so those rows stay in L1 while they are applied
+   to every time step: a matrix product rather than T matrix-vector products that would
+   stream all of W from L2 at every step.
+2. The recurrence: per step and batch entry, the hidden-state product is added into the
+   step's proj row (`row[g] += h[i] * RT[i, g]`), then the gates are applied elementwise.
+
+Both products run over contiguous gates in the row and in the weights, which the converter
+transposed to [dirs, in, gates*H]; LLVM turns the inner loops into vector FMAs. The hidden
+and cell states live directly in the Y_h / Y_c outputs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.loops import INDEX, Buf, Const, as_expr, call, cast, maximum, minimum
+from ..ir.loops import INDEX, Buf, Const, as_expr, cast, maximum, minimum
 from .elementwise import SCALAR
+from .fastmath import math_call
 from .registry import lowering
+
+ROWS_PER_SWEEP = 4  # weight rows applied per pass over a gate row: a quarter of its loads/stores
 
 
 # ---------------------------------------------------------------- activations
@@ -22,7 +33,7 @@ def _activation(name: str, alpha, beta):
     if name == "affine":
         return lambda e: e * as_expr(alpha, e.dtype) + as_expr(beta, e.dtype)
     if name == "scaledtanh":
-        return lambda e: as_expr(alpha, e.dtype) * call("tanh", e * as_expr(beta, e.dtype))
+        return lambda e: as_expr(alpha, e.dtype) * math_call("tanh", e * as_expr(beta, e.dtype))
     onnx_name = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid", "softsign": "Softsign",
                  "softplus": "Softplus", "leakyrelu": "LeakyRelu", "elu": "Elu",
                  "thresholdedrelu": "ThresholdedRelu", "hardsigmoid": "HardSigmoid"}[name]
@@ -43,7 +54,8 @@ class Cell:
     lens: Buf | None
     y: Buf
     h: Buf           # Y_h, also the running hidden state
-    row: Buf         # scratch for the gate pre-activations
+    proj: Buf        # scratch [seq * batch * gates*H]: input projections, one row per step
+    row: Buf | None  # scratch for hidden-state products kept apart (GRU only)
     hidden: int
     layout: int
     clip: float | None
@@ -56,6 +68,11 @@ class Cell:
     def batch(self) -> int:
         return self.x.shape[1] if self.layout == 0 else self.x.shape[0]
 
+    @property
+    def width(self) -> int:
+        """gates * H: the length of one projection row."""
+        return self.wt.shape[2]
+
     def x_at(self, t, b, i):
         return self.x[(t, b, i) if self.layout == 0 else (b, t, i)]
 
@@ -65,42 +82,72 @@ class Cell:
     def state_index(self, d, b, j):
         return (d, b, j) if self.layout == 0 else (b, d, j)
 
+    def state(self, d, b):
+        return lambda j: self.h[self.state_index(d, b, j)]
+
+    def proj_start(self, t, b):
+        return (t * self.batch + b) * self.width
+
     def clipped(self, e):
         if self.clip is None:
             return e
         return minimum(maximum(e, as_expr(-self.clip, e.dtype)), as_expr(self.clip, e.dtype))
 
     def bias_sum(self, d, gate, offsets):
-        """Sum of bias entries at `gate + offset` for each offset (W bias, R bias)."""
+        """Sum of the bias entries at `gate + offset` for each offset (W bias, R bias)."""
         if self.bias is None:
-            return as_expr(0, self.row.dtype)
+            return as_expr(0, self.proj.dtype)
         total = self.bias[d, gate + offsets[0]]
         for off in offsets[1:]:
             total = total + self.bias[d, gate + off]
         return total
 
-    # -- gate rows: row[start + g] = bias(g) + sum_i vec(i) * weights[d, i, col + g]
-    def init_row(self, start, n, bias_of):
+    # -- products: out[start + g] (+)= sum_i vec(i) * weights[d, i, col + g], g < n
+    def init_row(self, out: Buf, start, n, bias_of):
         with self.kb.loop(n) as g:
-            self.kb.store(self.row, start + g, bias_of(g))
+            self.kb.store(out, start + g, bias_of(g))
 
-    def accumulate(self, start, n, weights: Buf, d, col, vec_at, length):
+    def accumulate(self, out: Buf, start, n, weights: Buf, d, col, vec_at, length):
+        in_sweeps(self.kb, length, lambda first, count: self.sweep(
+            out, start, n, weights, d, col, vec_at, first, count))
+
+    def sweep(self, out, start, n, weights, d, col, vec_at, first, count):
         kb = self.kb
-        with kb.loop(length) as i:
-            v = kb.local(self.row.dtype, vec_at(i), "v")
-            with kb.loop(n) as g:
-                kb.store(self.row, start + g,
-                         self.row.flat(start + g) + kb.get(v) * weights[d, i, col + g])
+        vs = [kb.local(out.dtype, vec_at(first + u), "v") for u in range(count)]
+        with kb.loop(n) as g:
+            total = out.flat(start + g)
+            for u, v in enumerate(vs):
+                total = total + kb.get(v) * weights[d, first + u, col + g]
+            kb.store(out, start + g, total)
 
-    def add_input_and_hidden(self, start, n, d, col, t, b):
-        self.accumulate(start, n, self.wt, d, col, lambda i: self.x_at(t, b, i), self.wt.shape[1])
-        self.accumulate(start, n, self.rt, d, col,
-                        lambda i: self.h[self.state_index(d, b, i)], self.hidden)
+    def project_inputs(self, d, bias_of):
+        """proj[t, b, :] = bias + x[t, b, :] @ WT[d] for every step, weight rows outermost."""
+        kb = self.kb
+        with kb.loop(self.seq) as t, kb.loop(self.batch) as b:
+            self.init_row(self.proj, self.proj_start(t, b), self.width, bias_of)
+        in_sweeps(kb, self.wt.shape[1], lambda first, count: self._project_rows(d, first, count))
+
+    def _project_rows(self, d, first, count):
+        with self.kb.loop(self.seq) as t, self.kb.loop(self.batch) as b:
+            self.sweep(self.proj, self.proj_start(t, b), self.width, self.wt, d, 0,
+                       lambda i: self.x_at(t, b, i), first, count)
+
+
+def in_sweeps(kb, length, body):
+    """body(first, count) over [0, length): ROWS_PER_SWEEP rows at a time, then the rest."""
+    whole = length // ROWS_PER_SWEEP * ROWS_PER_SWEEP
+    with kb.loop(whole // ROWS_PER_SWEEP) as block:
+        body(block * ROWS_PER_SWEEP, ROWS_PER_SWEEP)
+    with kb.loop(length, start=whole) as i:
+        body(i, 1)
 
 
 def _make_cell(node, kb, ins, outs) -> Cell:
+    """outs: Y, Y_h, (Y_c,) proj, (row, GRU only)."""
     x, wt, rt, bias, lens = ins[:5]
-    return Cell(kb, x, wt, rt, bias, lens, outs[0], outs[1], outs[-1],
+    scratch = outs[3 if node.op == "LSTM" else 2:]
+    return Cell(kb, x, wt, rt, bias, lens, outs[0], outs[1], scratch[0],
+                scratch[1] if len(scratch) > 1 else None,
                 node.attrs["hidden_size"], node.attrs["layout"], node.attrs["clip"])
 
 
@@ -134,38 +181,40 @@ def _time_loop(cell: Cell, d, direction, step):
 def lower_lstm(node, kb, ins, outs):
     cell = _make_cell(node, kb, ins, outs)
     initial_h, initial_c, peep = ins[5], ins[6], ins[7]
-    c = outs[2]
-    H = cell.hidden
+    c, H = outs[2], cell.hidden
     for d, direction in enumerate(node.attrs["directions"]):
         f, g, h = (_activation(*a) for a in node.attrs["activations"][d])
         _init_state(cell, cell.h, initial_h, d)
         _init_state(cell, c, initial_c, d)
+        cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0, 4 * H)))
 
         def step(b, t, d=d, f=f, g=g, h=h):
-            cell.init_row(0, 4 * H, lambda k: cell.bias_sum(d, k, (0, 4 * H)))
-            cell.add_input_and_hidden(0, 4 * H, d, 0, t, b)
+            start = cell.proj_start(t, b)
+            cell.accumulate(cell.proj, start, 4 * H, cell.rt, d, 0, cell.state(d, b), H)
             with kb.loop(H) as j:
-                _lstm_update(node, cell, c, peep, d, b, t, j, f, g, h)
+                _lstm_update(node, cell, c, peep, d, b, t, j, start, (f, g, h))
 
         _time_loop(cell, d, direction, step)
 
 
-def _lstm_update(node, cell, c, peep, d, b, t, j, f, g, h):
+def _lstm_update(node, cell, c, peep, d, b, t, j, start, funcs):
     """Gate order in the row: input, output, forget, cell (ONNX's iofc)."""
-    kb, H, row = cell.kb, cell.hidden, cell.row
+    kb, H, row = cell.kb, cell.hidden, cell.proj
+    f, g, h = funcs
     c_prev = kb.local(c.dtype, c[cell.state_index(d, b, j)], "c_prev")
 
-    def peephole(k, c_value):
-        return row.flat(k * H + j) + (peep[d, k * H + j] * c_value if peep is not None else 0)
+    def pre_activation(k, c_value):
+        value = row.flat(start + k * H + j)
+        return value + peep[d, k * H + j] * c_value if peep is not None else value
 
-    i_gate = kb.local(row.dtype, f(cell.clipped(peephole(0, kb.get(c_prev)))), "i")
+    i_gate = kb.local(row.dtype, f(cell.clipped(pre_activation(0, kb.get(c_prev)))), "i")
     if node.attrs["input_forget"]:
         f_gate = as_expr(1, row.dtype) - kb.get(i_gate)
     else:
-        f_gate = f(cell.clipped(peephole(2, kb.get(c_prev))))
-    candidate = g(cell.clipped(row.flat(3 * H + j)))
+        f_gate = f(cell.clipped(pre_activation(2, kb.get(c_prev))))
+    candidate = g(cell.clipped(row.flat(start + 3 * H + j)))
     c_new = kb.local(c.dtype, f_gate * kb.get(c_prev) + kb.get(i_gate) * candidate, "c_new")
-    o_gate = f(cell.clipped(peephole(1, kb.get(c_new))))
+    o_gate = f(cell.clipped(pre_activation(1, kb.get(c_new))))
     h_new = kb.local(row.dtype, o_gate * h(kb.get(c_new)), "h_new")
     kb.store(c, cell.state_index(d, b, j), kb.get(c_new))
     kb.store(cell.h, cell.state_index(d, b, j), kb.get(h_new))
@@ -176,43 +225,43 @@ def _lstm_update(node, cell, c, peep, d, b, t, j, f, g, h):
 
 @lowering("GRU")
 def lower_gru(node, kb, ins, outs):
-    """Row layout: [0, 3H) input part of z, r, h; [3H, 6H) hidden part; [6H, 7H) r * h_prev
-    (or r alone when linear_before_reset, where r scales the hidden part instead)."""
+    """proj holds the input part of z, r, h (with W's bias). The hidden part goes to `row`:
+    [0, 3H) for z, r, h (with R's bias), then [3H, 4H) for r * h_prev, or r alone when
+    linear_before_reset, where r scales the hidden part of h instead."""
     cell = _make_cell(node, kb, ins, outs)
-    H, lbr = cell.hidden, node.attrs["linear_before_reset"]
+    H, lbr, row = cell.hidden, node.attrs["linear_before_reset"], cell.row
     for d, direction in enumerate(node.attrs["directions"]):
         f, g = (_activation(*a) for a in node.attrs["activations"][d])
         _init_state(cell, cell.h, ins[5], d)
+        cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0,)))
 
         def step(b, t, d=d, f=f, g=g):
-            state = lambda i: cell.h[cell.state_index(d, b, i)]  # noqa: E731
-            cell.init_row(0, 3 * H, lambda k: cell.bias_sum(d, k, (0,)))
-            cell.accumulate(0, 3 * H, cell.wt, d, 0, lambda i: cell.x_at(t, b, i), cell.wt.shape[1])
+            start, state = cell.proj_start(t, b), cell.state(d, b)
             hidden_rows = 3 * H if lbr else 2 * H
-            cell.init_row(3 * H, hidden_rows, lambda k: cell.bias_sum(d, k, (3 * H,)))
-            cell.accumulate(3 * H, hidden_rows, cell.rt, d, 0, state, H)
+            cell.init_row(row, 0, hidden_rows, lambda k: cell.bias_sum(d, k, (3 * H,)))
+            cell.accumulate(row, 0, hidden_rows, cell.rt, d, 0, state, H)
             with kb.loop(H) as j:
-                r = f(cell.clipped(cell.row.flat(H + j) + cell.row.flat(4 * H + j)))
-                kb.store(cell.row, 6 * H + j, r if lbr else r * state(j))
+                r = f(cell.clipped(cell.proj.flat(start + H + j) + row.flat(H + j)))
+                kb.store(row, 3 * H + j, r if lbr else r * state(j))
             if not lbr:
-                cell.init_row(5 * H, H, lambda k: cell.bias_sum(d, 2 * H + k, (3 * H,)))
-                cell.accumulate(5 * H, H, cell.rt, d, 2 * H, lambda i: cell.row.flat(6 * H + i), H)
+                cell.init_row(row, 2 * H, H, lambda k: cell.bias_sum(d, 2 * H + k, (3 * H,)))
+                cell.accumulate(row, 2 * H, H, cell.rt, d, 2 * H,
+                                lambda i: row.flat(3 * H + i), H)
             with kb.loop(H) as j:
-                _gru_update(cell, d, b, t, j, f, g, lbr, state)
+                _gru_update(cell, d, b, t, j, start, (f, g), lbr)
 
         _time_loop(cell, d, direction, step)
 
 
-def _gru_update(cell, d, b, t, j, f, g, lbr, state):
-    kb, H, row = cell.kb, cell.hidden, cell.row
-    z = kb.local(row.dtype, f(cell.clipped(row.flat(j) + row.flat(3 * H + j))), "z")
-    if lbr:
-        pre = row.flat(2 * H + j) + row.flat(6 * H + j) * row.flat(5 * H + j)
-    else:
-        pre = row.flat(2 * H + j) + row.flat(5 * H + j)
-    candidate = g(cell.clipped(pre))
+def _gru_update(cell, d, b, t, j, start, funcs, lbr):
+    kb, H, row, proj = cell.kb, cell.hidden, cell.row, cell.proj
+    f, g = funcs
+    z = kb.local(row.dtype, f(cell.clipped(proj.flat(start + j) + row.flat(j))), "z")
+    hidden_part = row.flat(3 * H + j) * row.flat(2 * H + j) if lbr else row.flat(2 * H + j)
+    candidate = g(cell.clipped(proj.flat(start + 2 * H + j) + hidden_part))
+    h_prev = cell.state(d, b)(j)
     h_new = kb.local(row.dtype, (as_expr(1, row.dtype) - kb.get(z)) * candidate
-                     + kb.get(z) * state(j), "h_new")
+                     + kb.get(z) * h_prev, "h_new")
     kb.store(cell.h, cell.state_index(d, b, j), kb.get(h_new))
     kb.store(cell.y, cell.y_index(t, d, b, j), kb.get(h_new))
 
@@ -226,14 +275,14 @@ def lower_rnn(node, kb, ins, outs):
     for d, direction in enumerate(node.attrs["directions"]):
         (f,) = (_activation(*a) for a in node.attrs["activations"][d])
         _init_state(cell, cell.h, ins[5], d)
+        cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0, H)))
 
         def step(b, t, d=d, f=f):
-            cell.init_row(0, H, lambda k: cell.bias_sum(d, k, (0, H)))
-            cell.add_input_and_hidden(0, H, d, 0, t, b)
+            start = cell.proj_start(t, b)
+            cell.accumulate(cell.proj, start, H, cell.rt, d, 0, cell.state(d, b), H)
             with kb.loop(H) as j:
-                h_new = kb.local(cell.row.dtype, f(cell.clipped(cell.row.flat(j))), "h_new")
+                h_new = kb.local(cell.y.dtype, f(cell.clipped(cell.proj.flat(start + j))), "h_new")
                 kb.store(cell.h, cell.state_index(d, b, j), kb.get(h_new))
                 kb.store(cell.y, cell.y_index(t, d, b, j), kb.get(h_new))
 
         _time_loop(cell, d, direction, step)
-

@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from ..ir.loops import Const, Expr, as_expr, call, cast, maximum, minimum, select
+from .fastmath import math_call
 from .registry import lowering
 
 
@@ -61,7 +62,7 @@ REDUCERS = {
     "ReduceProd": Reducer(lambda dt: 1, _same, lambda a, b: a * b, _same),
     "ReduceL1": Reducer(lambda dt: 0, lambda e: call("abs", e), _add, _same),
     "ReduceL2": Reducer(lambda dt: 0, _square, _add, lambda acc, n: call("sqrt", acc)),
-    "ReduceLogSum": Reducer(lambda dt: 0, _same, _add, lambda acc, n: call("log", acc)),
+    "ReduceLogSum": Reducer(lambda dt: 0, _same, _add, lambda acc, n: math_call("log", acc)),
     "ReduceSumSquare": Reducer(lambda dt: 0, _square, _add, _same),
 }
 
@@ -113,7 +114,8 @@ def _reduce_with_accumulator(kb, red: Reducer, x, y, axes, keepdims):
             full = _merge(len(x.shape), dict(zip(axes, ridx)), list(kidx))
             kb.set(acc, red.combine(kb.get(acc), red.pre(cast(x[full], acc_dt))))
         full = _merge(len(x.shape), {d: Const(0) for d in axes}, list(kidx))
-        kb.store(y, _output_index(full, axes, keepdims), cast(red.post(kb.get(acc), count), y.dtype))
+        result = cast(red.post(kb.get(acc), count), y.dtype)
+        kb.store(y, _output_index(full, axes, keepdims), result)
 
 
 def _reduce_into_output(kb, red: Reducer, x, y, axes, keepdims, inner):
@@ -154,9 +156,9 @@ def _reduce_log_sum_exp(kb, x, y, axes, keepdims):
         s = kb.local(acc_dt, 0)
         with kb.loops([x.shape[d] for d in axes]) as ridx:
             v = cast(x[_merge(len(x.shape), dict(zip(axes, ridx)), list(kidx))], acc_dt)
-            kb.set(s, kb.get(s) + call("exp", v - kb.get(shift)))
+            kb.set(s, kb.get(s) + math_call("exp", v - kb.get(shift)))
         full = _merge(len(x.shape), {d: Const(0) for d in axes}, list(kidx))
-        result = call("log", kb.get(s)) + kb.get(shift)
+        result = math_call("log", kb.get(s)) + kb.get(shift)
         kb.store(y, _output_index(full, axes, keepdims), cast(result, y.dtype))
 
 
@@ -210,10 +212,11 @@ def lower_topk(node, kb, ins, outs):
     with kb.loops(rest) as idx:
         at = lambda p: _insert_axis(idx, axis, p)  # noqa: E731 (index in an output row)
         count = kb.local(np.int64, 0, "count")
+        kth_best = kb.local(x.dtype, x[at(Const(0))], "kth_best")  # meaningful once count == k
         with kb.loop(x.shape[axis]) as j:
-            v = x[at(j)]
-            full = kb.get(count) >= k
-            with kb.if_(~(full & ~beats(v, values[at(Const(k - 1))]))):
+            v = kb.local(x.dtype, x[at(j)], "v")
+            v = kb.get(v)
+            with kb.if_((kb.get(count) < k) | beats(v, kb.get(kth_best))):
                 pos = kb.local(np.int64, 0, "pos")
                 with kb.loop(k) as p:
                     stays_ahead = (p < kb.get(count)) & ~beats(v, values[at(p)])
@@ -226,6 +229,7 @@ def lower_topk(node, kb, ins, outs):
                 kb.store(values, at(kb.get(pos)), v)
                 kb.store(indices, at(kb.get(pos)), j)
                 kb.set(count, minimum(kb.get(count) + 1, Const(k)))
+                kb.set(kth_best, values[at(Const(k - 1))])
 
 
 # ---------------------------------------------------------------- Softmax family
@@ -257,12 +261,12 @@ def _softmax_row(kb, x, y, base, n, log):
         kb.set(m, maximum(kb.get(m), load(a)))
     s = kb.local(dt, 0, "sum")
     with kb.loop(n) as a:
-        e = call("exp", load(a) - kb.get(m))
+        e = math_call("exp", load(a) - kb.get(m))
         if not log:
             kb.store(y, base + a, cast(e, y.dtype))
         kb.set(s, kb.get(s) + e)
     if log:
-        shift = kb.local(dt, kb.get(m) + call("log", kb.get(s)), "shift")
+        shift = kb.local(dt, kb.get(m) + math_call("log", kb.get(s)), "shift")
         with kb.loop(n) as a:
             kb.store(y, base + a, cast(load(a) - kb.get(shift), y.dtype))
     else:
@@ -282,13 +286,13 @@ def _softmax_columns(kb, x, y, m, s, base, n, inner, log):
     with kb.loop(n) as a, kb.loop(inner) as i:
         kb.store(m, i, maximum(m[i], cast(x.flat(at(a, i)), dt)))
     with kb.loop(n) as a, kb.loop(inner) as i:
-        e = call("exp", cast(x.flat(at(a, i)), dt) - m[i])
+        e = math_call("exp", cast(x.flat(at(a, i)), dt) - m[i])
         if not log:
             kb.store(y, at(a, i), cast(e, y.dtype))
         kb.store(s, i, s[i] + e)
     if log:
         with kb.loop(inner) as i:
-            kb.store(m, i, m[i] + call("log", s[i]))
+            kb.store(m, i, m[i] + math_call("log", s[i]))
         with kb.loop(n) as a, kb.loop(inner) as i:
             kb.store(y, at(a, i), cast(cast(x.flat(at(a, i)), dt) - m[i], y.dtype))
     else:

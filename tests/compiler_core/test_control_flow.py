@@ -4,6 +4,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import compiler_core as cc
+from compiler_core.frontend.converters import control_flow
 from compiler_core.frontend.onnx import import_model
 
 from .helpers import assert_matches, make_model, rand
@@ -25,7 +26,8 @@ def node(op, ins, outs, **attrs):
 
 
 def const_node(name, array):
-    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(array)))
+    value = numpy_helper.from_array(np.asarray(array))
+    return helper.make_node("Constant", [], [name], value=value)
 
 
 # ---------------------------------------------------------------- If
@@ -156,11 +158,31 @@ def test_loop_with_run_time_trip_count_is_refused():
         cc.compile(model)
 
 
-def test_loop_iteration_cap():
-    body = graph([node("Add", ["s_in", "x"], ["s_out"])], [("cond_in", (), np.bool_), ("s_out", (3,))],
+def test_loop_iteration_cap(monkeypatch):
+    monkeypatch.setattr(control_flow, "MAX_UNROLLED_ITERATIONS", 20)
+    body = graph([node("Add", ["s_in", "x"], ["s_out"])],
+                 [("cond_in", (), np.bool_), ("s_out", (3,))],
                  [("i", (), np.int64), ("cond_in", (), np.bool_), ("s_in", (3,))], name="body")
     model = make_model([node("Loop", ["", "t", "s0"], ["s"], body=body)],
                        [("x", F, (3,)), ("s0", F, (3,))], [("s", F, (3,))],
                        [("t", np.array(True))], opset=13)
-    with pytest.raises(cc.CompileError, match="more than 10000 iterations"):
+    with pytest.raises(cc.CompileError, match="more than 20 iterations"):
         import_model(model)
+
+
+# ---------------------------------------------------------------- Scan
+
+def test_scan_directions_and_output_axis():
+    """Running sum over the rows of x read back to front; the per-step outputs are stacked
+    along axis 1 and the second one in reverse order."""
+    body = graph([node("Add", ["acc_in", "row"], ["acc_out"]),
+                  node("Mul", ["row", "row"], ["sq"]),
+                  node("Identity", ["acc_out"], ["seen"])],
+                 [("acc_out", (4,)), ("seen", (4,)), ("sq", (4,))],
+                 [("acc_in", (4,)), ("row", (4,))], name="body")
+    scan = node("Scan", ["acc0", "x"], ["acc", "seen_all", "squares"], body=body,
+                num_scan_inputs=1, scan_input_axes=[1], scan_input_directions=[1],
+                scan_output_axes=[1, 0], scan_output_directions=[0, 1])
+    model = make_model([scan], [("acc0", F, (4,)), ("x", F, (4, 5))],
+                       [("acc", F, None), ("seen_all", F, None), ("squares", F, None)], opset=16)
+    assert_matches(model, {"acc0": rand(4, seed=1), "x": rand(4, 5, seed=2)})

@@ -22,7 +22,8 @@ def recurrent_model(op, direction="forward", bias=True, initial=False, peepholes
     g = GATES[op]
     x_shape = (SEQ, BATCH, INPUT) if layout == 0 else (BATCH, SEQ, INPUT)
     state_shape = (dirs, BATCH, HIDDEN) if layout == 0 else (BATCH, dirs, HIDDEN)
-    tensors = {"W": rand(dirs, g * HIDDEN, INPUT, seed=1), "R": rand(dirs, g * HIDDEN, HIDDEN, seed=2)}
+    tensors = {"W": rand(dirs, g * HIDDEN, INPUT, seed=1),
+               "R": rand(dirs, g * HIDDEN, HIDDEN, seed=2)}
     if bias:
         tensors["B"] = rand(dirs, 2 * g * HIDDEN, seed=3)
     if seq_lens is not None:
@@ -33,7 +34,8 @@ def recurrent_model(op, direction="forward", bias=True, initial=False, peepholes
             tensors["initial_c"] = rand(*state_shape, seed=5)
     if peepholes:
         tensors["P"] = rand(dirs, 3 * HIDDEN, seed=6)
-    order = ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"][:8 if op == "LSTM" else 6]
+    order = ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"]
+    order = order if op == "LSTM" else order[:6]
     names = [n if n == "X" or n in tensors else "" for n in order]
     while names[-1] == "":
         names.pop()

@@ -153,6 +153,12 @@ def test_scatter_nd(reduction):
           runtime=[("i", indices), ("u", updates)], opset=18, reference="onnx")
 
 
+def test_scatter_v9_is_scatter_elements():
+    indices = np.array([[1, 0, 2]], I64)
+    check("Scatter", rand(3, 3), {"axis": 0}, runtime=[("i", indices), ("u", rand(1, 3, seed=4))],
+          opset=10)
+
+
 @pytest.mark.parametrize("reduction", ["none", "add", "max"])
 def test_scatter_elements(reduction):
     indices = np.array([[1, -1], [0, 2], [2, 0]], I64)
@@ -194,6 +200,18 @@ def test_shape_size_and_constants_fold():
     assert_matches(m, {"x": x, "m": rand(3, 4)})
 
 
+def test_sparse_and_list_constants():
+    values = helper.make_tensor("v", TensorProto.FLOAT, [2], [1.5, -2.0])
+    indices = helper.make_tensor("i", TensorProto.INT64, [2], [1, 5])
+    nodes = [helper.make_node("Constant", [], ["s"],
+                              sparse_value=helper.make_sparse_tensor(values, indices, [2, 3])),
+             helper.make_node("Constant", [], ["f"], value_floats=[0.5, 1.0]),
+             helper.make_node("Add", ["x", "s"], ["y"])]
+    x = rand(2, 3)
+    m = make_model(nodes, [("x", F, x.shape)], [("y", F, None), ("f", F, None)])
+    assert_matches(m, {"x": x})
+
+
 def test_data_dependent_shape_is_a_clear_error():
     m = node_model("NonZero", rand(3), None, out_dtype=I64)
     with pytest.raises(cc.CompileError, match="depends on the input data"):
@@ -215,6 +233,12 @@ def test_one_hot(axis):
 def test_trilu(upper, k):
     consts = [] if k is None else [("k", np.array(k, I64))]
     check("Trilu", rand(2, 3, 5), {"upper": upper}, consts=consts, opset=14)
+
+
+def test_trilu_runtime_diagonal_and_pad_value():
+    check("Trilu", rand(4, 3), {"upper": 0}, runtime=[("k", np.array(-2, I64))], opset=14)
+    check("Pad", rand(2, 3), consts=[("p", np.array([0, 1, 1, 0], I64))],
+          runtime=[("v", np.array(7.0, F))], opset=13)
 
 
 @pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])

@@ -1,4 +1,6 @@
 """Console pages through Django's test client: sign-in, pages, forms, empty and error states."""
+import re
+
 import pytest
 from django.test import Client
 
@@ -93,8 +95,9 @@ def test_other_users_pages_are_404(browser, make_user, s3):
 
 def test_tokens_are_shown_once_and_revocable(browser):
     resp = browser.post("/tokens/", {"name": "github"})
-    raw = resp.context["new_token"]
-    assert raw in resp.content.decode()
+    match = re.search(r'id="new-token">(tf_[^<]+)<', resp.content.decode())
+    assert match, "the new token is shown"
+    raw = match.group(1)
     assert raw not in browser.get("/tokens/").content.decode()
     token = ApiToken.objects.get()
     browser.post(f"/tokens/{token.id}/revoke/")
@@ -115,3 +118,8 @@ def test_api_docs_page_lists_every_endpoint(browser):
     page = browser.get("/docs/api").content.decode()
     for path in ("/api/v1/models", "/api/v1/jobs/{id}/cancel", "/api/v1/targets"):
         assert path in page
+
+
+def test_console_404_is_a_page_not_a_trace(browser):
+    resp = browser.get("/jobs/00000000-0000-0000-0000-000000000000/")
+    assert resp.status_code == 404 and "Not found" in resp.content.decode()

@@ -1,6 +1,7 @@
 """Tiny server-side SVG charts: bars at the median with whiskers up to p90 (no JS library)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 WIDTH, ROW, LEFT, RIGHT = 640, 44, 150, 90
@@ -20,13 +21,14 @@ class Bar:
 
 
 def _nice_max(value: float) -> float:
+    """The smallest 1, 2, 2.5 or 5 times a power of ten that is at least value."""
     if value <= 0:
         return 1.0
-    scale = 10 ** len(str(int(value))) / 10 if value >= 1 else 1.0
+    base = 10.0 ** math.floor(math.log10(value))
     for step in (1, 2, 2.5, 5, 10):
-        if value <= step * scale:
-            return step * scale
-    return value
+        if value <= step * base * (1 + 1e-9):
+            return step * base
+    return 10 * base
 
 
 def _ticks(top: float) -> list[float]:

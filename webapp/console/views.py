@@ -29,7 +29,7 @@ def _owned(fn, user, key):
 
 @login_required
 def models_list(request):
-    qs = UploadedModel.objects.filter(owner=request.user).annotate(job_count=Count("jobs"))
+    qs = UploadedModel.objects.filter(owner=request.user).annotate(job_count=Count("jobs")).order_by("-created_at")
     page = Paginator(qs, 25).get_page(request.GET.get("page"))
     return render(request, "console/models.html", {"page": page, "nav": "models",
                                                    "max_bytes": settings.MAX_MODEL_BYTES})

@@ -8,6 +8,8 @@ If, run-time condition: both branches are converted, each under a Guard on the c
 Loop: the trip count must be known at compile time (M constant, and the condition either
     absent or constant, also the one the body computes); the body is unrolled, scan outputs
     are stacked with Reshape + Concat.
+Scan: the sequence length is a static shape, so the body is unrolled the same way; each
+    step's slices of the scanned inputs are Slice + Reshape (a view).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import numpy as np
 from ...errors import CompileError
 from ...ir import Guard, Node, Value
 from ..registry import converter
-from .common import const_value
+from .common import const_value, norm_axis
 
 MAX_UNROLLED_ITERATIONS = 10_000
 
@@ -112,7 +114,7 @@ def loop_op(cx, inputs):
             scan.append(v)
         iteration += 1
     names = _output_names(cx, n_carried + len(scans))[n_carried:]
-    return carried + [_stack(cx, values, k, name)
+    return carried + [_stack(cx, values, 0, name, f"Loop's scan output {k}")
                       for k, (values, name) in enumerate(zip(scans, names))]
 
 
@@ -155,19 +157,114 @@ def _run_iteration(cx, body, iteration: int, carried: list[Value]) -> list[Value
         return convert_subgraph(cx, body, bindings)
 
 
-def _stack(cx, values: list[Value], k: int, name: str) -> Value:
-    """Scan output k: the per-iteration values stacked along a new first axis."""
+def _stack(cx, values: list[Value], axis: int, name: str, what: str) -> Value:
+    """The per-iteration `values` stacked along a new `axis` (Reshape + Concat)."""
     if not values:
-        raise CompileError(f"Loop runs zero times, so the shape of scan output {k} is unknown")
-    shape = values[0].shape
-    if any(v.shape != shape or v.dtype != values[0].dtype for v in values):
-        raise CompileError(f"Loop's scan output {k} changes shape between iterations; "
-                           "stacked outputs need one shape")
+        raise CompileError(f"{what}: the loop runs zero times, so its shape is unknown")
+    shape, dtype = values[0].shape, values[0].dtype
+    if any(v.shape != shape or v.dtype != dtype for v in values):
+        raise CompileError(f"{what} changes shape between iterations; stacked outputs need one "
+                           "shape")
     if all(v.is_const for v in values):
-        return cx.const(np.stack([v.const for v in values]), "scan")
-    rows = [cx.emit("Reshape", [v], [((1, *shape), v.dtype)], {"shape": (1, *shape)},
-                    names=[f"{v.name}_row"])[0] for v in values]
+        return cx.const(np.stack([v.const for v in values], axis), name)
+    one = (*shape[:axis], 1, *shape[axis:])
+    rows = [_reshape(cx, v, one, f"{v.name}_row") for v in values]
     if len(rows) == 1:
         return rows[0]
-    return cx.emit("Concat", rows, [((len(rows), *shape), values[0].dtype)], {"axis": 0},
-                   names=[name])[0]
+    stacked = (*shape[:axis], len(rows), *shape[axis:])
+    return cx.emit("Concat", rows, [(stacked, dtype)], {"axis": axis}, names=[name])[0]
+
+
+def _take(cx, v: Value, index: int, axis: int) -> Value:
+    """v[..., index, ...] along `axis`, the axis dropped."""
+    if v.is_const:
+        return cx.const(np.take(v.const, index, axis=axis), f"{v.name}_step")
+    one = tuple(1 if d == axis else n for d, n in enumerate(v.shape))
+    starts = tuple(index if d == axis else 0 for d in range(len(v.shape)))
+    attrs = {"starts": starts, "steps": (1,) * len(v.shape)}
+    row = cx.emit("Slice", [v], [(one, v.dtype)], attrs, names=[f"{v.name}_step{index}"])[0]
+    return _reshape(cx, row, v.shape[:axis] + v.shape[axis + 1:], f"{v.name}_at{index}")
+
+
+def _reshape(cx, v: Value, shape: tuple, name: str) -> Value:
+    """IR Reshape (a view for the memory planner when unguarded)."""
+    shape = tuple(shape)
+    if shape == v.shape:
+        return v
+    return cx.emit("Reshape", [v], [(shape, v.dtype)], {"shape": shape}, names=[name])[0]
+
+
+# ---------------------------------------------------------------- Scan
+
+@converter("Scan", 9)
+def scan_op(cx, inputs):
+    body, n_scanned = cx.attr("body"), int(cx.attr("num_scan_inputs"))
+    n_states = len(inputs) - n_scanned
+    n_outputs = len(body.output) - n_states
+    directions = {
+        "in_axes": cx.attr("scan_input_axes", [0] * n_scanned),
+        "in_reversed": cx.attr("scan_input_directions", [0] * n_scanned),
+        "out_axes": cx.attr("scan_output_axes", [0] * n_outputs),
+        "out_reversed": cx.attr("scan_output_directions", [0] * n_outputs)}
+    states, outputs = _unroll_scan(cx, body, list(inputs[:n_states]), list(inputs[n_states:]),
+                                   **directions)
+    return states + outputs
+
+
+@converter("Scan", 8)
+def scan_v8(cx, inputs):
+    """Opset 8: every input has a leading batch axis, scanned inputs are [batch, seq, ...];
+    each batch entry is scanned on its own."""
+    lens, inputs = inputs[0], inputs[1:]
+    body, n_scanned = cx.attr("body"), int(cx.attr("num_scan_inputs"))
+    n_states = len(inputs) - n_scanned
+    n_outputs = len(body.output) - n_states
+    batch = inputs[0].shape[0]
+    _check_full_lengths(lens, inputs[n_states].shape[1] if n_scanned else 0)
+    per_batch = []
+    for b in range(batch):
+        entries = [_take(cx, v, b, 0) for v in inputs]
+        per_batch.append(_unroll_scan(
+            cx, body, entries[:n_states], entries[n_states:], [0] * n_scanned,
+            cx.attr("directions", [0] * n_scanned), [0] * n_outputs, [0] * n_outputs))
+    names = _output_names(cx, n_states + n_outputs)
+    columns = [list(c) for c in zip(*[states + outs for states, outs in per_batch])]
+    return [_stack(cx, values, 0, name, f"Scan output {k}")
+            for k, (values, name) in enumerate(zip(columns, names))]
+
+
+def _check_full_lengths(lens: Value | None, seq: int) -> None:
+    if lens is None:
+        return
+    if not lens.is_const or np.any(lens.const != seq):
+        raise CompileError(f"Scan's sequence_lens must be absent or a constant equal to the "
+                           f"full length {seq}; shorter sequences are not supported")
+
+
+def _unroll_scan(cx, body, states, scanned, in_axes, in_reversed, out_axes, out_reversed):
+    """-> (final states, stacked scan outputs)."""
+    in_axes = [norm_axis(a, len(v.shape)) for a, v in zip(in_axes, scanned)]
+    lengths = {v.shape[a] for v, a in zip(scanned, in_axes)}
+    if len(lengths) > 1:
+        raise CompileError(f"Scan's inputs have different sequence lengths {sorted(lengths)}")
+    steps = lengths.pop() if lengths else 0
+    if steps > MAX_UNROLLED_ITERATIONS:
+        raise CompileError(f"Scan runs {steps} iterations; Tensorforge unrolls loops and "
+                           f"supports at most {MAX_UNROLLED_ITERATIONS}")
+    names = [i.name for i in body.input]
+    per_step = []
+    for t in range(steps):
+        rows = [_take(cx, v, steps - 1 - t if rev else t, a)
+                for v, a, rev in zip(scanned, in_axes, in_reversed)]
+        with cx.scope():
+            outs = convert_subgraph(cx, body, dict(zip(names, states + rows)))
+        states, step_outputs = outs[:len(states)], outs[len(states):]
+        per_step.append(step_outputs)
+    out_names = _output_names(cx, len(states) + len(out_axes))[len(states):]
+    stacked = []
+    for k, (axis, rev, name) in enumerate(zip(out_axes, out_reversed, out_names)):
+        values = [step[k] for step in per_step]
+        values = values[::-1] if rev else values
+        rank = len(values[0].shape) + 1 if values else 1
+        stacked.append(_stack(cx, values, norm_axis(axis, rank), name, f"Scan output {k}"))
+    return states, stacked

@@ -4,8 +4,9 @@ IR form: one node per ONNX node, op "LSTM" / "GRU" / "RNN", whose kernel runs th
 time loop. Inputs keep ONNX order with two changes: W and R arrive transposed to
 [dirs, in, gates*H] (so the gate update is a contiguous multiply-add the vectorizer
 likes; for constant weights the transpose happens at compile time), and absent optional
-inputs are None. Outputs are always Y, Y_h (and Y_c for LSTM) followed by one scratch row
-for the gate pre-activations; the converter hands back only the outputs the model names.
+inputs are None. Outputs are always Y, Y_h (and Y_c for LSTM) followed by scratch: the input
+projections of every step [seq*batch*gates*H] and, for GRU, a row for the hidden part of the
+gates [4H]; the converter hands back only the outputs the model names.
 
 Attributes: hidden_size, directions (["forward"], ["reverse"] or ["forward", "reverse"]),
 activations (per direction, a list of [name, alpha, beta]), clip (float or None), layout,
@@ -28,11 +29,12 @@ ACTIVATIONS = {
     "affine": (1.0, 0.0), "leakyrelu": (0.01, None), "thresholdedrelu": (1.0, None),
     "scaledtanh": (1.0, 1.0), "hardsigmoid": (0.2, 0.5), "elu": (1.0, None),
 }
-# op -> (number of gates, default activations of one direction, scratch size in units of H)
+# op -> (number of gates, default activations of one direction, extra scratch row in units
+# of H: GRU keeps the hidden part of its gates [3H] and r * h_prev [H] apart)
 CELLS = {
-    "LSTM": (4, ["Sigmoid", "Tanh", "Tanh"], 4),
-    "GRU": (3, ["Sigmoid", "Tanh"], 7),  # x part [3H], h part [3H], reset gate row [H]
-    "RNN": (1, ["Tanh"], 1),
+    "LSTM": (4, ["Sigmoid", "Tanh", "Tanh"], 0),
+    "GRU": (3, ["Sigmoid", "Tanh"], 4),
+    "RNN": (1, ["Tanh"], 0),
 }
 
 
@@ -112,11 +114,13 @@ def _convert(cx, inputs):
     outputs = [(y_shape, x.dtype), (state_shape, x.dtype)]
     if op == "LSTM":
         outputs.append((state_shape, x.dtype))
-    outputs.append(((scratch_rows * hidden,), x.dtype))
+    results = len(outputs)
+    outputs.append(((seq * batch * gates * hidden,), x.dtype))  # input projections
+    if scratch_rows:
+        outputs.append(((scratch_rows * hidden,), x.dtype))
     ins = [x, _transposed_weights(cx, w), _transposed_weights(cx, r), *inputs[3:]]
     ins = ins[:8] if op == "LSTM" else ins[:6]
-    results = cx.emit(op, ins, outputs, attrs)
-    return results[:len(outputs) - 1]
+    return cx.emit(op, ins, outputs, attrs)[:results]
 
 
 for _op in CELLS:

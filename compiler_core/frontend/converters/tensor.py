@@ -19,13 +19,11 @@ def ints(v, what: str) -> list[int]:
     return None if value is None else [int(a) for a in np.asarray(value).reshape(-1)]
 
 
-def reshape(cx, x, shape, name=None):
-    """`name` labels intermediates of multi-node converters (the default is the ONNX output)."""
+def reshape(cx, x, shape):
     shape = tuple(int(d) for d in shape)
     if shape == x.shape:
         return x
-    return cx.emit("Reshape", [x], [(shape, x.dtype)], {"shape": shape},
-                   names=[name] if name else None)[0]
+    return cx.emit1("Reshape", [x], shape, x.dtype, {"shape": shape})
 
 
 def optional_input(inputs, k):
@@ -112,13 +110,12 @@ def unsqueeze_v13(cx, inputs):
 
 # ---------------------------------------------------------------- layout
 
-def transpose(cx, x, perm, name=None):
+def transpose(cx, x, perm):
     perm = tuple(int(p) for p in perm)
     if perm == tuple(range(len(perm))):
         return x
     shape = tuple(x.shape[p] for p in perm)
-    return cx.emit("Transpose", [x], [(shape, x.dtype)], {"perm": perm},
-                   names=[name] if name else None)[0]
+    return cx.emit1("Transpose", [x], shape, x.dtype, {"perm": perm})
 
 
 @converter("Transpose", 1)
@@ -146,10 +143,7 @@ def depth_to_space(cx, inputs):
 
 def _blocks_moved(cx, x, split_shape, perm, out_shape):
     """Depth/space rearrangements: split into blocks, move the block axes, merge."""
-    base = cx.node.output[0]
-    split = reshape(cx, x, split_shape, f"{base}_blocks")
-    moved = transpose(cx, split, perm, f"{base}_moved")
-    return reshape(cx, moved, out_shape)
+    return reshape(cx, transpose(cx, reshape(cx, x, split_shape), perm), out_shape)
 
 
 @converter("SpaceToDepth", 1)
@@ -184,12 +178,11 @@ def concat(cx, inputs):
 
 # ---------------------------------------------------------------- slicing
 
-def slice_(cx, x, starts, steps, shape, name=None):
+def slice_(cx, x, starts, steps, shape):
     """Output element idx reads input element starts + idx * steps (all full rank)."""
     if tuple(shape) == x.shape and all(s == 1 for s in steps):
         return x
-    attrs = {"starts": tuple(starts), "steps": tuple(steps)}
-    return cx.emit("Slice", [x], [(tuple(shape), x.dtype)], attrs, names=[name] if name else None)[0]
+    return cx.emit1("Slice", [x], shape, x.dtype, {"starts": tuple(starts), "steps": tuple(steps)})
 
 
 def _slice(cx, x, starts, ends, axes, steps):
@@ -231,10 +224,10 @@ def _split(cx, x, axis, sizes):
         raise CompileError(f"split sizes {list(sizes)} do not add up to dimension {axis} "
                            f"of shape {list(x.shape)}")
     outs, offset = [], 0
-    for k, size in enumerate(sizes):
+    for size in sizes:
         starts = [offset if d == axis else 0 for d in range(len(x.shape))]
         shape = [size if d == axis else n for d, n in enumerate(x.shape)]
-        outs.append(slice_(cx, x, starts, [1] * len(x.shape), shape, cx.node.output[k]))
+        outs.append(slice_(cx, x, starts, [1] * len(x.shape), shape))
         offset += size
     return outs
 

@@ -8,9 +8,18 @@ from webapp.console.charts import fmt_ms
 register = template.Library()
 
 
+def _number(value):
+    """Missing template values arrive as "" or None: both mean 'no number'."""
+    try:
+        return None if value in (None, "") else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 @register.filter
 def ms(value):
-    return "—" if value is None else fmt_ms(float(value))
+    value = _number(value)
+    return "—" if value is None else fmt_ms(value)
 
 
 @register.filter
@@ -36,17 +45,19 @@ def is_symbolic(dim):
 
 @register.filter
 def percent(value):
-    return f"{float(value or 0) * 100:.0f}"
+    return f"{(_number(value) or 0) * 100:.0f}"
 
 
 @register.filter
 def speedup(value):
-    return "—" if value is None else f"{float(value):.2f}×"
+    value = _number(value)
+    return "—" if value is None else f"{value:.2f}×"
 
 
 @register.filter
 def sci(value):
-    return "—" if value is None else f"{float(value):.2e}"
+    value = _number(value)
+    return "—" if value is None else f"{value:.2e}"
 
 
 @register.filter
