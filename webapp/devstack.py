@@ -213,7 +213,7 @@ def first_user(env: dict) -> tuple[str, str]:
     manage("shell", "-c", (
         "from django.contrib.auth import get_user_model as g; U = g(); "
         f"u = U.objects.filter(username={username!r}).first() or U(username={username!r}); "
-        f"u.is_staff = True; u.set_password({password!r}); u.save()"), env=env)
+        f"u.is_staff = u.is_superuser = True; u.set_password({password!r}); u.save()"), env=env)
     return username, password
 
 
@@ -247,7 +247,8 @@ def run() -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        print("\nstopping ...", flush=True)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not orphan children
+        print("\nstopping (this takes a few seconds) ...", flush=True)
         for p in reversed(procs):  # web first, storage and broker last
             p.stop()
         print("stopped; data is kept under", VAR, flush=True)

@@ -39,6 +39,7 @@ X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
 
 INSTALLED_APPS = [
+    "django.contrib.admin",  # operators: users, stuck jobs, tokens
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -1,9 +1,11 @@
+from django.contrib import admin
 from django.urls import include, path
 
 from webapp.api.health import healthz
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("admin/", admin.site.urls),
     path("api/v1/", include("webapp.api.urls")),
     path("", include(("webapp.console.urls", "console"))),
 ]

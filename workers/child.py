@@ -26,15 +26,16 @@ def limit_memory(megabytes: int) -> None:
 
 def do_compile(args: dict) -> dict:
     import compiler_core as cc
-    from compiler_core.frontend.model_file import load_model, model_opset
-    from compiler_core.frontend.onnx import check_supported
+    from compiler_core.frontend.onnx import import_model
 
     emit("validate")
-    proto, _ = load_model(args["model_path"])
-    check_supported(proto.graph, model_opset(proto))
+    shapes = {k: tuple(v) for k, v in args["input_shapes"].items()}
+    # Importing once up front reports every unsupported op and shape problem at the
+    # validate stage; cc.compile imports again (it takes the model, not our graph).
+    import_model(args["model_path"], shapes)
     emit("optimize")
-    kwargs = dict(input_shapes={k: tuple(v) for k, v in args["input_shapes"].items()},
-                  target=args["target"], opt_level=args["opt_level"], tuning=args["tuning"])
+    kwargs = dict(input_shapes=shapes, target=args["target"], opt_level=args["opt_level"],
+                  tuning=args["tuning"])
     if "progress" in inspect.signature(cc.compile).parameters:
         kwargs["progress"] = lambda stage, *rest: emit(str(stage))
     elif args["tuning"]:

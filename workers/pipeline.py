@@ -117,7 +117,6 @@ def run_job(job_id: str, worker: str) -> None:
     try:
         execute(run)
     except Cancelled:
-        run.job.refresh_from_db()
         log.info("job %s cancelled during %s", job_id, run.job.stage)
     except SoftTimeLimitExceeded:
         fail(job, f"the job exceeded its time limit of {settings.JOB_SOFT_TIME_LIMIT} s during "
@@ -134,7 +133,7 @@ def claim(job_id: str, worker: str) -> CompileJob | None:
     """Mark the job running; None if it is finished already (a redelivered task)."""
     with transaction.atomic():
         job = CompileJob.objects.select_for_update().filter(pk=job_id).first()
-        if job is None or job.is_terminal:
+        if job is None or job.is_terminal or _running_elsewhere(job, worker):
             return None
         job.attempts += 1
         if job.attempts > settings.JOB_MAX_ATTEMPTS:
@@ -149,6 +148,18 @@ def claim(job_id: str, worker: str) -> CompileJob | None:
         job.stage, job.progress, job.error = "", 0.0, ""
         job.save()
     return job
+
+
+def _running_elsewhere(job: CompileJob, worker: str) -> bool:
+    """Another live worker has it (a duplicate delivery): leave it alone. A job whose worker
+    went quiet is the reaper's to fail, and the same worker may always take it back."""
+    if job.state != JobState.RUNNING or not job.worker or job.worker == worker:
+        return False
+    quiet = (timezone.now() - (job.heartbeat_at or job.created_at)).total_seconds()
+    if quiet < settings.JOB_HEARTBEAT_TIMEOUT:
+        log.warning("job %s is running on %s; ignoring a duplicate delivery", job.id, job.worker)
+        return True
+    return False
 
 
 def execute(run: JobRun) -> None:
@@ -249,11 +260,7 @@ def results_summary(meta: dict, bench: dict | None) -> dict:
             "onnxruntime": {k: bench["onnxruntime"][k] for k in keys},
             "speedup": bench["speedup"], "max_abs_err": bench["max_abs_err"],
             "max_rel_err": bench["max_rel_err"], "allclose": bench["allclose"],
-            "threads": run_threads(bench), "kernels": bench.get("kernels", [])}
-
-
-def run_threads(bench: dict) -> int:
-    return int(bench.get("threads", 1))
+            "threads": int(bench.get("threads", 1)), "kernels": bench.get("kernels", [])}
 
 
 def succeed(run: JobRun, meta: dict, bench: dict | None) -> None:

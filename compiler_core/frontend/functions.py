@@ -71,6 +71,9 @@ def expand(node: onnx.NodeProto, proto: onnx.FunctionProto, prefix: str,
     names = {formal: actual for formal, actual in zip(proto.input, node.input)}
     names.update({formal: "" for formal in proto.input[len(node.input):]})
     names.update(zip(proto.output, node.output))
+    for body_node in proto.node:
+        for o in body_node.output:
+            names.setdefault(o, f"{prefix}/{o}")
     given = {a.name: a for a in node.attribute}
     defaults = {**schema_default, **{a.name: a for a in proto.attribute_proto}}
     nodes = []
@@ -78,20 +81,51 @@ def expand(node: onnx.NodeProto, proto: onnx.FunctionProto, prefix: str,
         n = onnx.NodeProto()
         n.CopyFrom(body_node)
         n.name = f"{prefix}/{body_node.name or body_node.op_type}"
-        n.input[:] = [names.get(i, f"{prefix}/{i}") if i else "" for i in body_node.input]
-        n.output[:] = [names.get(o, f"{prefix}/{o}") if o else "" for o in body_node.output]
-        attrs = []
-        for a in body_node.attribute:
-            if not a.ref_attr_name:
-                attrs.append(a)
-                continue
-            source = given.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
-            if source is not None:
-                resolved = onnx.AttributeProto()
-                resolved.CopyFrom(source)
-                resolved.name = a.name
-                attrs.append(resolved)
+        _rename(n, names)
         del n.attribute[:]
-        n.attribute.extend(attrs)
+        n.attribute.extend(_resolve_attributes(body_node, given, defaults, names))
         nodes.append(n)
     return nodes
+
+
+def _rename(n: onnx.NodeProto, names: dict) -> None:
+    n.input[:] = [names.get(i, i) if i else "" for i in n.input]
+    n.output[:] = [names.get(o, o) if o else "" for o in n.output]
+
+
+def _resolve_attributes(body_node, given, defaults, names) -> list[onnx.AttributeProto]:
+    attrs = []
+    for a in body_node.attribute:
+        if a.ref_attr_name:
+            source = given.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
+            if source is None:
+                continue
+            resolved = onnx.AttributeProto()
+            resolved.CopyFrom(source)
+            resolved.name = a.name
+            attrs.append(resolved)
+        elif a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            attrs.append(_rename_captures(a, names))
+        else:
+            attrs.append(a)
+    return attrs
+
+
+def _rename_captures(attr: onnx.AttributeProto, names: dict) -> onnx.AttributeProto:
+    """Subgraphs keep their own names but must see the function's values under their new
+    names; a name the subgraph defines itself shadows the outer one."""
+    out = onnx.AttributeProto()
+    out.CopyFrom(attr)
+    for g in [out.g] if out.type == onnx.AttributeProto.GRAPH else out.graphs:
+        local = {i.name for i in g.input} | {t.name for t in g.initializer}
+        local |= {o for n in g.node for o in n.output}
+        outer = {k: v for k, v in names.items() if k not in local}
+        for n in g.node:
+            n.input[:] = [outer.get(i, i) if i else "" for i in n.input]
+            for a in n.attribute:
+                if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                    a.CopyFrom(_rename_captures(a, outer))
+        for o in g.output:
+            if o.name not in local and o.name in outer:
+                o.name = outer[o.name]
+    return out

@@ -20,8 +20,8 @@ import math
 
 import numpy as np
 
-from ..ir.loops import as_expr
-from .matmul import GemmShape, Operand, apply_activation, emit_gemm
+from ..ir.loops import Get, as_expr
+from .matmul import GemmShape, Operand, Output, apply_activation, emit_gemm
 from .registry import lowering
 
 
@@ -76,25 +76,25 @@ def lower_conv(node, kb, ins, outs):
     icg, ocg, kred = C // group, OC // group, koff.shape[0]
     chan = int(np.prod(xq.shape[2:], dtype=np.int64))
 
-    def epilogue(oc, value):
-        if bias is not None:
-            value = value + bias[oc]
-        return apply_activation(act, value)
+    def epilogue(oc):
+        """value -> act(value + bias[oc]), with the bias loaded once per output channel."""
+        b = kb.local(y.dtype, bias[oc], "bias") if bias is not None else None
+        return lambda value, p=None: apply_activation(act, value if b is None else value + Get(b))
 
     with kb.loop(N, name="n") as n:
         with kb.loop(group, name="g") as g:
             x_base = (n * C + g * icg) * chan
             row0 = g * ocg
 
-            def store(m, p, acc):
-                if wide is None:
-                    kb.store_flat(y, (n * OC + row0 + m) * P + p, epilogue(row0 + m, acc))
-                else:
-                    kb.store_flat(wide, (row0 + m) * P + p, acc)
+            if wide is None:
+                out = Output(y, lambda m, p0: (n * OC + row0 + m) * P + p0,
+                             lambda m: epilogue(row0 + m))
+            else:
+                out = Output(wide, lambda m, p0: (row0 + m) * P + p0)
 
             emit_gemm(kb, GemmShape(ocg, P, kred),
                       Operand(w, lambda m, k: (row0 + m) * kred + k, kred),
-                      Operand(xq, lambda k, p: x_base + koff[k] + p), store, y.dtype)
+                      Operand(xq, lambda k, p: x_base + koff[k] + p), out, y.dtype)
         if wide is not None:
             _crop(kb, y, wide, n, q_shape, epilogue)
 
@@ -105,9 +105,10 @@ def _crop(kb, y, wide, n, q_shape, epilogue):
     qstr = grid_strides(q_shape)
     P = wide.shape[1]
     with kb.loop(OC, name="oc") as oc:
+        finish = epilogue(oc)
         with kb.loops(out_spatial) as o:
             src = sum((oi * s for oi, s in zip(o, qstr)), as_expr(0))
-            kb.store(y, (n, oc, *o), epilogue(oc, wide.flat(oc * P + src)))
+            kb.store(y, (n, oc, *o), finish(wide.flat(oc * P + src)))
 
 
 def conv_tap_offsets(in_channels, kernel, dilations, strides, q_shape) -> np.ndarray:
@@ -151,7 +152,7 @@ def lower_conv_transpose(node, kb, ins, outs):
             emit_gemm(kb, GemmShape(rows, plane, icg),
                       Operand(w, lambda m, k: (g * icg + k) * rows + m),
                       Operand(x, lambda k, p: x_base + k * plane + p),
-                      lambda m, p, acc: kb.store_flat(col, m * plane + p, acc), y.dtype)
+                      Output(col, lambda m, p0: m * plane + p0), y.dtype)
             _col2im(kb, y, col, n, g * ocg, ocg, w.shape[2:], node.attrs, x.shape[2:])
 
 

@@ -14,15 +14,17 @@ from typing import Callable
 
 import numpy as np
 
-from ..ir.loops import INDEX, Buf, Expr, Get, as_expr, maximum
+from ..ir.loops import INDEX, Buf, Expr, Get, as_expr, minimum, select
 from .registry import lowering
-
-Store = Callable[[Expr, Expr, Expr], None]  # store(m, n, acc)
 
 MAX_MR = 6
 # Columns per tile by rows per tile: keep about 8-12 ymm accumulators whatever the height.
 NR_FOR_MR = {1: 64, 2: 32, 3: 32, 4: 16, 5: 16, 6: 16}
 SMALL_N = 4  # below this many columns, reduce along k with the loop vectorizer instead
+# Longer reductions are split into chunks of about this many k so that a tile's slices of
+# A (MR x KC) and B (KC x NR) stay in L1; partial sums wait in the output between chunks.
+K_CHUNK = 384
+L2_BUDGET = 384 * 1024
 
 
 @dataclass(frozen=True)
@@ -45,56 +47,132 @@ class Operand:
     step: int = 1
 
 
-def emit_gemm(kb, shape: GemmShape, a: Operand, b: Operand, store: Store, dtype=np.float32):
-    """Emit loops computing every C[m, n] = sum_k A(m, k) B(k, n) and handing it to `store`."""
+@dataclass(frozen=True)
+class Output:
+    """Where C goes: C[m, n0 + j] is at flat offset start(m, n0) + j of `buf`.
+
+    row_epilogue(m), if given, is called once per row and returns the (value, n) -> value
+    function every element of that row goes through (bias, activation); it may emit locals.
+    """
+    buf: Buf
+    start: Callable[[Expr, Expr], Expr]
+    row_epilogue: Callable[[Expr], Callable[[Expr, Expr], Expr]] | None = None
+
+    def finisher(self, m):
+        return self.row_epilogue(m) if self.row_epilogue is not None else (lambda v, n: v)
+
+
+def emit_gemm(kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype=np.float32):
+    """Emit loops computing every C[m, n] = sum_k A(m, k) B(k, n) into `out`."""
     if shape.N < SMALL_N:
-        _emit_dot_products(kb, shape, a, b, store, dtype)
-        return
-    mr = min(MAX_MR, shape.M)
-    nr = min(NR_FOR_MR[mr], shape.N)
-    full_m, tail_m = divmod(shape.M, mr)
-    # Row blocks outside: the block's MR rows of A stay in L1 while B streams past.
-    if full_m:
-        with kb.loop(full_m, name="mb") as mb:
-            _row_block(kb, shape, mb * mr, mr, nr, a, b, store, dtype)
-    if tail_m:
-        _row_block(kb, shape, as_expr(full_m * mr), tail_m, nr, a, b, store, dtype)
+        _emit_dot_products(kb, shape, a, b, out, dtype)
+    else:
+        _TiledGemm(kb, shape, a, b, out, np.dtype(dtype)).emit()
 
 
-def _row_block(kb, shape, m0, mr, nr, a, b, store, dtype):
-    """Rows m0 .. m0 + mr of C: full column tiles, then the leftover columns."""
-    full_n, tail_n = divmod(shape.N, nr)
-    if full_n:
-        with kb.loop(full_n, name="nb") as nb:
-            _tile(kb, shape.K, m0, mr, nb * nr, nr, a, b, store, dtype)
-    if tail_n:
-        _tile(kb, shape.K, m0, mr, as_expr(full_n * nr), tail_n, a, b, store, dtype)
+class _TiledGemm:
+    """Loop order: column blocks (B's block stays in L2) > row blocks of MR rows (A's rows
+    stay in L1) > k chunks > column tiles of NR > the k loop of one register tile."""
 
+    def __init__(self, kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype):
+        self.kb, self.shape, self.a, self.b, self.out, self.dtype = kb, shape, a, b, out, dtype
+        self.mr = min(MAX_MR, shape.M)
+        self.nr = min(NR_FOR_MR[self.mr], shape.N)
+        self.chunks = -(-shape.K // K_CHUNK)
+        self.chunk_size = -(-shape.K // self.chunks)
+        # columns per block: the block's K x NC slice of B fits in about a third of L2
+        tiles = max(1, L2_BUDGET // (shape.K * dtype.itemsize * self.nr))
+        self.nc = min(shape.N, tiles * self.nr)
 
-def _tile(kb, K, m0, mr, n0, nr, a, b, store, dtype):
-    acc = [[kb.local(dtype, 0.0) for _ in range(nr)] for _ in range(mr)]
-    with kb.loop(K, kind="scalar", name="k") as k:
-        # every operand value is loaded once into a local, which keeps the IR small
-        b_at = kb.local(INDEX, b.base(k, n0), "b_at")
-        b_row = [kb.local(dtype, b.buf.flat(Get(b_at) + j * b.step), "b") for j in range(nr)]
-        a_at = kb.local(INDEX, a.base(m0, k), "a_at")
+    def emit(self):
+        full, tail = divmod(self.shape.N, self.nc)
+        if full == 1 and not tail:
+            self._row_blocks(as_expr(0), self.nc)
+            return
+        if full:
+            with self.kb.loop(full, name="cb") as cb:
+                self._row_blocks(cb * self.nc, self.nc)
+        if tail:
+            self._row_blocks(as_expr(full * self.nc), tail)
+
+    def _row_blocks(self, n_lo, width):
+        full, tail = divmod(self.shape.M, self.mr)
+        if full:
+            with self.kb.loop(full, name="mb") as mb:
+                self._row_block(mb * self.mr, self.mr, n_lo, width)
+        if tail:
+            self._row_block(as_expr(full * self.mr), tail, n_lo, width)
+
+    def _row_block(self, m0, mr, n_lo, width):
+        """Rows m0 .. m0 + mr of the column block, in one pass over k or in chunks of k."""
+        K = self.shape.K
+        if self.chunks == 1:
+            self._column_tiles(m0, mr, n_lo, width, (as_expr(0), as_expr(K)), None)
+            return
+        size = self.chunk_size
+        with self.kb.loop(self.chunks, name="kc") as c:
+            k_range = (c * size, minimum(c * size + size, as_expr(K)))
+            self._column_tiles(m0, mr, n_lo, width, k_range, c)
+        if self.out.row_epilogue is not None:
+            self._finish_rows(m0, mr, n_lo, width)
+
+    def _column_tiles(self, m0, mr, n_lo, width, k_range, chunk):
+        full, tail = divmod(width, self.nr)
+        if full:
+            with self.kb.loop(full, name="nb") as nb:
+                self._tile(k_range, m0, mr, n_lo + nb * self.nr, self.nr, chunk)
+        if tail:
+            self._tile(k_range, m0, mr, n_lo + full * self.nr, tail, chunk)
+
+    def _tile(self, k_range, m0, mr, n0, nr, chunk):
+        """One mr x nr register tile over k in k_range. When chunked (chunk is the chunk
+        index) it starts from the partial sums in `out` after the first chunk and stores
+        raw sums; the epilogue runs once all chunks are done."""
+        kb, a, b, out, dtype = self.kb, self.a, self.b, self.out, self.dtype
+        acc = [self._initial_row(m0 + i, n0, nr, chunk) for i in range(mr)]
+        with kb.loop(k_range[1], start=k_range[0], kind="scalar", name="k") as k:
+            # every operand value is loaded once into a local, which keeps the IR small
+            b_at = kb.local(INDEX, b.base(k, n0), "b_at")
+            b_row = [kb.local(dtype, b.buf.flat(Get(b_at) + j * b.step), "b") for j in range(nr)]
+            a_at = kb.local(INDEX, a.base(m0, k), "a_at")
+            for i in range(mr):
+                a_val = kb.local(dtype, a.buf.flat(Get(a_at) + i * a.step), "a")
+                for j in range(nr):
+                    kb.set(acc[i][j], Get(acc[i][j]) + Get(a_val) * Get(b_row[j]))
         for i in range(mr):
-            a_val = kb.local(dtype, a.buf.flat(Get(a_at) + i * a.step), "a")
+            at = kb.local(INDEX, out.start(m0 + i, n0), "c_at")
+            finish = out.finisher(m0 + i) if chunk is None else (lambda v, n: v)
             for j in range(nr):
-                kb.set(acc[i][j], Get(acc[i][j]) + Get(a_val) * Get(b_row[j]))
-    for i in range(mr):
-        for j in range(nr):
-            store(m0 + i, n0 + j, Get(acc[i][j]))
+                kb.store_flat(out.buf, Get(at) + j, finish(Get(acc[i][j]), n0 + j))
+
+    def _initial_row(self, m, n0, nr, chunk) -> list:
+        kb, zero = self.kb, as_expr(0.0, self.dtype)
+        if chunk is None:
+            return [kb.local(self.dtype, zero) for _ in range(nr)]
+        at = kb.local(INDEX, self.out.start(m, n0), "c_at")
+        first = chunk.eq(0)
+        return [kb.local(self.dtype, select(first, zero, self.out.buf.flat(Get(at) + j)))
+                for j in range(nr)]
+
+    def _finish_rows(self, m0, mr, n_lo, width):
+        """The epilogue of chunked rows: one vectorizable pass over each finished row."""
+        kb, out = self.kb, self.out
+        for i in range(mr):
+            at = kb.local(INDEX, out.start(m0 + i, n_lo), "c_at")
+            finish = out.finisher(m0 + i)
+            with kb.loop(width, name="n") as n:
+                kb.store_flat(out.buf, Get(at) + n, finish(out.buf.flat(Get(at) + n), n_lo + n))
 
 
-def _emit_dot_products(kb, shape, a, b, store, dtype):
+def _emit_dot_products(kb, shape, a, b, out, dtype):
     """Few columns (matrix-vector): one reduction over k per output, vectorized along k."""
     with kb.loop(shape.M, name="m") as m:
+        finish = out.finisher(m)
         for j in range(shape.N):
             acc = kb.local(dtype, 0.0)
             with kb.loop(shape.K, name="k") as k:
                 kb.set(acc, Get(acc) + a.buf.flat(a.base(m, k)) * b.buf.flat(b.base(k, as_expr(j))))
-            store(m, as_expr(j), Get(acc))
+            kb.store_flat(out.buf, out.start(m, as_expr(j)), finish(Get(acc), as_expr(j)))
 
 
 # ---------------------------------------------------------------- MatMul
@@ -128,7 +206,7 @@ def lower_matmul(node, kb, ins, outs):
         emit_gemm(kb, GemmShape(M, N, K),
                   Operand(a, lambda m, k: a_base + m * K + k, K),
                   Operand(b, lambda k, n: b_base + k * N + n),
-                  lambda m, n, acc: kb.store_flat(y, y_base + m * N + n, acc), y.dtype)
+                  Output(y, lambda m, n0: y_base + m * N + n0), y.dtype)
 
 
 # ---------------------------------------------------------------- Gemm
@@ -145,15 +223,19 @@ def lower_gemm(node, kb, ins, outs):
     a_op = (Operand(a, lambda m, k: k * M + m) if at else Operand(a, lambda m, k: m * K + k, K))
     b_op = (Operand(b, lambda k, n: n * K + k, K) if bt else Operand(b, lambda k, n: k * N + n))
 
-    def store(m, n, acc):
-        value = acc * alpha if alpha != 1.0 else acc
-        if c is not None and beta != 0.0:
-            bias = c[_broadcast2(c.shape, m, n)]
-            value = value + (bias * beta if beta != 1.0 else bias)
-        value = apply_activation(node.attrs.get("activation"), value)
-        kb.store(y, (m, n), value)
+    act = node.attrs.get("activation")
 
-    emit_gemm(kb, GemmShape(M, N, K), a_op, b_op, store, y.dtype)
+    def row_epilogue(m):
+        def finish(value, n):
+            value = value * alpha if alpha != 1.0 else value
+            if c is not None and beta != 0.0:
+                bias = c[_broadcast2(c.shape, m, n)]
+                value = value + (bias * beta if beta != 1.0 else bias)
+            return apply_activation(act, value)
+        return finish
+
+    emit_gemm(kb, GemmShape(M, N, K), a_op, b_op, Output(y, lambda m, n0: m * N + n0, row_epilogue),
+              y.dtype)
 
 
 def _broadcast2(shape, m, n) -> tuple:
@@ -167,5 +249,9 @@ def apply_activation(name: str | None, value: Expr) -> Expr:
     if not name:
         return value
     if name == "Relu":
-        return maximum(value, as_expr(0.0, value.dtype))
+        # a select, not llvm.maximum: AVX2 has no cheap NaN-propagating max, and an epilogue
+        # the SLP vectorizer finds expensive leaves the whole register tile scalar.
+        # NaN < 0 is false, so NaN still propagates as ONNX's Relu requires.
+        zero = as_expr(0.0, value.dtype)
+        return select(value < zero, zero, value)
     raise ValueError(f"unknown fused activation {name!r}")

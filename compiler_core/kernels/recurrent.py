@@ -5,10 +5,11 @@ Per direction the kernel does two things:
 1. Input projection for all time steps at once, before the recurrence (it does not depend
    on the state): `proj[t, b, g] = bias[g] + sum_i x[t, b, i] * WT[i, g]`. The loop over i
    is outermost, four rows of WT at a time, so those rows stay in L1 while they are applied
-   to every time step: a matrix product rather than T matrix-vector products that would
-   stream all of W from L2 at every step.
-2. The recurrence: per step and batch entry, the hidden-state product is added into the
-   step's proj row (`row[g] += h[i] * RT[i, g]`), then the gates are applied elementwise.
+   to every time step (two steps per pass share each weight load): a matrix product rather
+   than T matrix-vector products that would stream all of W from L2 at every step.
+2. The recurrence: per step, the hidden-state product is added into the step's proj row
+   (`row[g] += h[i] * RT[i, g]`, two batch entries sharing each weight load), then the
+   gates are applied elementwise.
 
 Both products run over contiguous gates in the row and in the weights, which the converter
 transposed to [dirs, in, gates*H]; LLVM turns the inner loops into vector FMAs. The hidden
@@ -24,6 +25,7 @@ from .fastmath import math_call
 from .registry import lowering
 
 ROWS_PER_SWEEP = 4  # weight rows applied per pass over a gate row: a quarter of its loads/stores
+ROWS_SHARING_WEIGHTS = 2  # gate rows (time steps, batch entries) per pass over weight rows
 
 
 # ---------------------------------------------------------------- activations
@@ -55,7 +57,7 @@ class Cell:
     y: Buf
     h: Buf           # Y_h, also the running hidden state
     proj: Buf        # scratch [seq * batch * gates*H]: input projections, one row per step
-    row: Buf | None  # scratch for hidden-state products kept apart (GRU only)
+    row: Buf | None  # scratch [batch * 4H]: hidden-state products kept apart (GRU only)
     hidden: int
     layout: int
     clip: float | None
@@ -107,30 +109,50 @@ class Cell:
         with self.kb.loop(n) as g:
             self.kb.store(out, start + g, bias_of(g))
 
-    def accumulate(self, out: Buf, start, n, weights: Buf, d, col, vec_at, length):
-        in_sweeps(self.kb, length, lambda first, count: self.sweep(
-            out, start, n, weights, d, col, vec_at, first, count))
+    def accumulate(self, out: Buf, starts, n, weights: Buf, d, col, vec_ats, length):
+        """For each (start, vec_at): out[start + g] += sum_i vec(i) * weights[d, i, col + g]."""
+        in_sweeps(self.kb, length, lambda first, count: self.sweep_rows(
+            out, starts, n, weights, d, col, vec_ats, first, count))
 
-    def sweep(self, out, start, n, weights, d, col, vec_at, first, count):
+    def sweep_rows(self, out, starts, n, weights, d, col, vec_ats, first, count):
+        """For each (start, vec_at) pair: out[start + g] += sum_u vec(first + u) * W[first + u, g].
+        Several output rows share each weight load."""
         kb = self.kb
-        vs = [kb.local(out.dtype, vec_at(first + u), "v") for u in range(count)]
+        vs = [[kb.local(out.dtype, vec_at(first + u), "v") for u in range(count)]
+              for vec_at in vec_ats]
         with kb.loop(n) as g:
-            total = out.flat(start + g)
-            for u, v in enumerate(vs):
-                total = total + kb.get(v) * weights[d, first + u, col + g]
-            kb.store(out, start + g, total)
+            w = [weights[d, first + u, col + g] for u in range(count)]
+            for start, row_vs in zip(starts, vs):
+                total = out.flat(start + g)
+                for v, wu in zip(row_vs, w):
+                    total = total + kb.get(v) * wu
+                kb.store(out, start + g, total)
 
     def project_inputs(self, d, bias_of):
-        """proj[t, b, :] = bias + x[t, b, :] @ WT[d] for every step, weight rows outermost."""
+        """proj[t, b, :] = bias + x[t, b, :] @ WT[d] for every step, weight rows outermost
+        and ROWS_SHARING_WEIGHTS steps sharing each weight load."""
         kb = self.kb
         with kb.loop(self.seq) as t, kb.loop(self.batch) as b:
             self.init_row(self.proj, self.proj_start(t, b), self.width, bias_of)
         in_sweeps(kb, self.wt.shape[1], lambda first, count: self._project_rows(d, first, count))
 
     def _project_rows(self, d, first, count):
-        with self.kb.loop(self.seq) as t, self.kb.loop(self.batch) as b:
-            self.sweep(self.proj, self.proj_start(t, b), self.width, self.wt, d, 0,
-                       lambda i: self.x_at(t, b, i), first, count)
+        steps = self.seq * self.batch   # (t, b) pairs, numbered r = t * batch + b
+        whole = steps // ROWS_SHARING_WEIGHTS * ROWS_SHARING_WEIGHTS
+
+        def rows(r0, n_rows):
+            rs = [r0 + k for k in range(n_rows)]
+            self.sweep_rows(self.proj, [r * self.width for r in rs], self.width, self.wt, d, 0,
+                            [self._x_row(r) for r in rs], first, count)
+
+        with self.kb.loop(whole // ROWS_SHARING_WEIGHTS) as block:
+            rows(block * ROWS_SHARING_WEIGHTS, ROWS_SHARING_WEIGHTS)
+        with self.kb.loop(steps, start=whole) as r:
+            rows(r, 1)
+
+    def _x_row(self, r):
+        t, b = r // self.batch, r % self.batch
+        return lambda i: self.x_at(t, b, i)
 
 
 def in_sweeps(kb, length, body):
@@ -158,20 +180,40 @@ def _init_state(cell: Cell, state: Buf, initial: Buf | None, d):
         kb.store(state, idx, initial[idx] if initial is not None else as_expr(0, state.dtype))
 
 
-def _time_loop(cell: Cell, d, direction, step):
-    """Calls step(b, t) for every valid (time, batch) pair in the direction's order."""
+def _time_loop(cell: Cell, d, direction, prepare, update):
+    """Per time step, batch entries go in groups of ROWS_SHARING_WEIGHTS: prepare(pairs)
+    builds the gate pre-activations of the group's (b, t) pairs, sharing every recurrent
+    weight load, then update(b, t) applies the cell to each entry still in its sequence."""
     kb = cell.kb
-    with kb.loop(cell.seq) as s, kb.loop(cell.batch) as b:
-        if cell.lens is None:
-            step(b, s if direction == "forward" else Const(cell.seq - 1) - s)
-            return
-        length = minimum(maximum(cast(cell.lens[b], INDEX), Const(0)), Const(cell.seq))
-        active = kb.local(INDEX, length, "length")
-        t = s if direction == "forward" else kb.get(active) - 1 - s
-        with kb.if_(s < kb.get(active)) as branch:
-            step(b, t)
+    whole = cell.batch // ROWS_SHARING_WEIGHTS * ROWS_SHARING_WEIGHTS
+    with kb.loop(cell.seq) as s:
+        with kb.loop(whole // ROWS_SHARING_WEIGHTS) as group:
+            entries = [group * ROWS_SHARING_WEIGHTS + k for k in range(ROWS_SHARING_WEIGHTS)]
+            _step(cell, d, direction, s, entries, prepare, update)
+        with kb.loop(cell.batch, start=whole) as b:
+            _step(cell, d, direction, s, [b], prepare, update)
+
+
+def _step(cell: Cell, d, direction, s, entries, prepare, update):
+    kb = cell.kb
+    if cell.lens is None:
+        t = s if direction == "forward" else Const(cell.seq - 1) - s
+        prepare([(b, t) for b in entries])
+        for b in entries:
+            update(b, t)
+        return
+    lengths = [kb.local(INDEX, minimum(maximum(cast(cell.lens[b], INDEX), Const(0)),
+                                       Const(cell.seq)), "length") for b in entries]
+    # An entry past its end still goes through prepare, on a row its sequence no longer
+    # needs (a later step forward, row 0 backward); its state is left alone.
+    times = [s if direction == "forward" else maximum(kb.get(n) - 1 - s, Const(0))
+             for n in lengths]
+    prepare(list(zip(entries, times)))
+    for b, t, n in zip(entries, times, lengths):
+        with kb.if_(s < kb.get(n)) as branch:
+            update(b, t)
         with kb.else_(branch), kb.loop(cell.hidden) as j:
-            # steps past a sequence's end produce zeros; its state stays as it was
+            # steps past a sequence's end produce zeros
             kb.store(cell.y, cell.y_index(s, d, b, j), as_expr(0, cell.y.dtype))
 
 
@@ -188,13 +230,15 @@ def lower_lstm(node, kb, ins, outs):
         _init_state(cell, c, initial_c, d)
         cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0, 4 * H)))
 
-        def step(b, t, d=d, f=f, g=g, h=h):
-            start = cell.proj_start(t, b)
-            cell.accumulate(cell.proj, start, 4 * H, cell.rt, d, 0, cell.state(d, b), H)
-            with kb.loop(H) as j:
-                _lstm_update(node, cell, c, peep, d, b, t, j, start, (f, g, h))
+        def prepare(pairs, d=d):
+            cell.accumulate(cell.proj, [cell.proj_start(t, b) for b, t in pairs], 4 * H,
+                            cell.rt, d, 0, [cell.state(d, b) for b, _ in pairs], H)
 
-        _time_loop(cell, d, direction, step)
+        def update(b, t, d=d, f=f, g=g, h=h):
+            with kb.loop(H) as j:
+                _lstm_update(node, cell, c, peep, d, b, t, j, cell.proj_start(t, b), (f, g, h))
+
+        _time_loop(cell, d, direction, prepare, update)
 
 
 def _lstm_update(node, cell, c, peep, d, b, t, j, start, funcs):
@@ -225,39 +269,54 @@ def _lstm_update(node, cell, c, peep, d, b, t, j, start, funcs):
 
 @lowering("GRU")
 def lower_gru(node, kb, ins, outs):
-    """proj holds the input part of z, r, h (with W's bias). The hidden part goes to `row`:
-    [0, 3H) for z, r, h (with R's bias), then [3H, 4H) for r * h_prev, or r alone when
-    linear_before_reset, where r scales the hidden part of h instead."""
+    """proj holds the input part of z, r, h (with W's bias). The hidden part goes to a row
+    of 4H per batch entry: [0, 3H) for z, r, h (with R's bias), then [3H, 4H) for
+    r * h_prev, or r alone when linear_before_reset, where r scales the hidden part of h."""
     cell = _make_cell(node, kb, ins, outs)
-    H, lbr, row = cell.hidden, node.attrs["linear_before_reset"], cell.row
+    H, lbr = cell.hidden, node.attrs["linear_before_reset"]
     for d, direction in enumerate(node.attrs["directions"]):
         f, g = (_activation(*a) for a in node.attrs["activations"][d])
         _init_state(cell, cell.h, ins[5], d)
         cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0,)))
 
-        def step(b, t, d=d, f=f, g=g):
-            start, state = cell.proj_start(t, b), cell.state(d, b)
-            hidden_rows = 3 * H if lbr else 2 * H
-            cell.init_row(row, 0, hidden_rows, lambda k: cell.bias_sum(d, k, (3 * H,)))
-            cell.accumulate(row, 0, hidden_rows, cell.rt, d, 0, state, H)
+        def prepare(pairs, d=d, f=f):
+            _gru_hidden_parts(cell, d, pairs, f, lbr)
+
+        def update(b, t, d=d, f=f, g=g):
             with kb.loop(H) as j:
-                r = f(cell.clipped(cell.proj.flat(start + H + j) + row.flat(H + j)))
-                kb.store(row, 3 * H + j, r if lbr else r * state(j))
-            if not lbr:
-                cell.init_row(row, 2 * H, H, lambda k: cell.bias_sum(d, 2 * H + k, (3 * H,)))
-                cell.accumulate(row, 2 * H, H, cell.rt, d, 2 * H,
-                                lambda i: row.flat(3 * H + i), H)
-            with kb.loop(H) as j:
-                _gru_update(cell, d, b, t, j, start, (f, g), lbr)
+                _gru_update(cell, d, b, t, j, (f, g), lbr)
 
-        _time_loop(cell, d, direction, step)
+        _time_loop(cell, d, direction, prepare, update)
 
 
-def _gru_update(cell, d, b, t, j, start, funcs, lbr):
+def _gru_hidden_parts(cell, d, pairs, f, lbr):
+    kb, H, row = cell.kb, cell.hidden, cell.row
+    starts = [b * 4 * H for b, _ in pairs]
+    states = [cell.state(d, b) for b, _ in pairs]
+    hidden_rows = 3 * H if lbr else 2 * H
+    for start in starts:
+        cell.init_row(row, start, hidden_rows, lambda k: cell.bias_sum(d, k, (3 * H,)))
+    cell.accumulate(row, starts, hidden_rows, cell.rt, d, 0, states, H)
+    for (b, t), start, state in zip(pairs, starts, states):
+        with kb.loop(H) as j:
+            r = f(cell.clipped(cell.proj.flat(cell.proj_start(t, b) + H + j)
+                               + row.flat(start + H + j)))
+            kb.store(row, start + 3 * H + j, r if lbr else r * state(j))
+    if not lbr:  # h's hidden part multiplies r * h_prev, so it waits for r
+        for start in starts:
+            cell.init_row(row, start + 2 * H, H,
+                          lambda k: cell.bias_sum(d, 2 * H + k, (3 * H,)))
+        cell.accumulate(row, [start + 2 * H for start in starts], H, cell.rt, d, 2 * H,
+                        [lambda i, st=start: row.flat(st + 3 * H + i) for start in starts], H)
+
+
+def _gru_update(cell, d, b, t, j, funcs, lbr):
     kb, H, row, proj = cell.kb, cell.hidden, cell.row, cell.proj
     f, g = funcs
-    z = kb.local(row.dtype, f(cell.clipped(proj.flat(start + j) + row.flat(j))), "z")
-    hidden_part = row.flat(3 * H + j) * row.flat(2 * H + j) if lbr else row.flat(2 * H + j)
+    start, row_start = cell.proj_start(t, b), b * 4 * H
+    hidden = lambda k: row.flat(row_start + k * H + j)  # gate k's hidden part
+    z = kb.local(row.dtype, f(cell.clipped(proj.flat(start + j) + hidden(0))), "z")
+    hidden_part = hidden(3) * hidden(2) if lbr else hidden(2)
     candidate = g(cell.clipped(proj.flat(start + 2 * H + j) + hidden_part))
     h_prev = cell.state(d, b)(j)
     h_new = kb.local(row.dtype, (as_expr(1, row.dtype) - kb.get(z)) * candidate
@@ -277,12 +336,15 @@ def lower_rnn(node, kb, ins, outs):
         _init_state(cell, cell.h, ins[5], d)
         cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0, H)))
 
-        def step(b, t, d=d, f=f):
+        def prepare(pairs, d=d):
+            cell.accumulate(cell.proj, [cell.proj_start(t, b) for b, t in pairs], H, cell.rt,
+                            d, 0, [cell.state(d, b) for b, _ in pairs], H)
+
+        def update(b, t, d=d, f=f):
             start = cell.proj_start(t, b)
-            cell.accumulate(cell.proj, start, H, cell.rt, d, 0, cell.state(d, b), H)
             with kb.loop(H) as j:
                 h_new = kb.local(cell.y.dtype, f(cell.clipped(cell.proj.flat(start + j))), "h_new")
                 kb.store(cell.h, cell.state_index(d, b, j), kb.get(h_new))
                 kb.store(cell.y, cell.y_index(t, d, b, j), kb.get(h_new))
 
-        _time_loop(cell, d, direction, step)
+        _time_loop(cell, d, direction, prepare, update)

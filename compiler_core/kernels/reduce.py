@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from ..ir.loops import Const, Expr, as_expr, call, cast, maximum, minimum, select
 from .fastmath import math_call
 from .registry import lowering
-
 
 # ---------------------------------------------------------------- Reduce*
 
@@ -126,9 +125,9 @@ def _reduce_into_output(kb, red: Reducer, x, y, axes, keepdims, inner):
         fixed = dict(zip(outer, oidx))
         with _inner_loops(kb, x, axes, keepdims, fixed | first) as (_, yi):
             kb.store(y, yi, as_expr(red.init(y.dtype), y.dtype))
-        with kb.loops([x.shape[d] for d in axes]) as ridx:
-            with _inner_loops(kb, x, axes, keepdims, fixed | dict(zip(axes, ridx))) as (xi, yi):
-                kb.store(y, yi, red.combine(y[yi], red.pre(x[xi])))
+        with kb.loops([x.shape[d] for d in axes]) as ridx, \
+                _inner_loops(kb, x, axes, keepdims, fixed | dict(zip(axes, ridx))) as (xi, yi):
+            kb.store(y, yi, red.combine(y[yi], red.pre(x[xi])))
         with _inner_loops(kb, x, axes, keepdims, fixed | first) as (_, yi):
             kb.store(y, yi, red.post(y[yi], count))
 
@@ -210,7 +209,7 @@ def lower_topk(node, kb, ins, outs):
 
     rest = [n for d, n in enumerate(x.shape) if d != axis]
     with kb.loops(rest) as idx:
-        at = lambda p: _insert_axis(idx, axis, p)  # noqa: E731 (index in an output row)
+        at = lambda p: _insert_axis(idx, axis, p)  # position p of this output row
         count = kb.local(np.int64, 0, "count")
         kth_best = kb.local(x.dtype, x[at(Const(0))], "kth_best")  # meaningful once count == k
         with kb.loop(x.shape[axis]) as j:
@@ -243,19 +242,24 @@ def _extent(shape, axis, coerce_2d):
 
 @lowering("Softmax", "LogSoftmax")
 def lower_softmax(node, kb, ins, outs):
+    """Scratch outputs (per-column max and sum) are optional: other converters may emit a
+    plain {"axis"} Softmax; without them a strided axis is handled one column at a time."""
     x, y = ins[0], outs[0]
-    outer, n, inner = _extent(x.shape, node.attrs["axis"], node.attrs["coerce_2d"])
+    outer, n, inner = _extent(x.shape, node.attrs["axis"], node.attrs.get("coerce_2d", False))
     log = node.op == "LogSoftmax"
     with kb.loop(outer) as o:
-        if inner == 1:
-            _softmax_row(kb, x, y, o * n, n, log)
-        else:
+        if inner > 1 and len(outs) == 3:
             _softmax_columns(kb, x, y, outs[1], outs[2], o * n * inner, n, inner, log)
+        else:
+            with kb.loop(inner) as i:
+                _softmax_row(kb, x, y, o * n * inner + i, n, inner, log)
 
 
-def _softmax_row(kb, x, y, base, n, log):
+def _softmax_row(kb, x, y, base, n, stride, log):
+    """One row of n elements at base, base + stride, ..."""
     dt = accumulator_dtype(x.dtype)
-    load = lambda a: cast(x.flat(base + a), dt)  # noqa: E731
+    at = lambda a: base + a * stride
+    load = lambda a: cast(x.flat(at(a)), dt)
     m = kb.local(dt, -math.inf, "max")
     with kb.loop(n) as a:
         kb.set(m, maximum(kb.get(m), load(a)))
@@ -263,23 +267,23 @@ def _softmax_row(kb, x, y, base, n, log):
     with kb.loop(n) as a:
         e = math_call("exp", load(a) - kb.get(m))
         if not log:
-            kb.store(y, base + a, cast(e, y.dtype))
+            kb.store(y, at(a), cast(e, y.dtype))
         kb.set(s, kb.get(s) + e)
     if log:
         shift = kb.local(dt, kb.get(m) + math_call("log", kb.get(s)), "shift")
         with kb.loop(n) as a:
-            kb.store(y, base + a, cast(load(a) - kb.get(shift), y.dtype))
+            kb.store(y, at(a), cast(load(a) - kb.get(shift), y.dtype))
     else:
         scale = kb.local(dt, as_expr(1, dt) / kb.get(s), "scale")
         with kb.loop(n) as a:
-            kb.store(y, base + a, cast(cast(y.flat(base + a), dt) * kb.get(scale), y.dtype))
+            kb.store(y, at(a), cast(cast(y.flat(at(a)), dt) * kb.get(scale), y.dtype))
 
 
 def _softmax_columns(kb, x, y, m, s, base, n, inner, log):
     """Normalise along a strided axis: per-column max and sum live in the scratch rows m, s,
     and every loop runs over contiguous columns."""
     dt = m.dtype
-    at = lambda a, i: base + a * inner + i  # noqa: E731
+    at = lambda a, i: base + a * inner + i
     with kb.loop(inner) as i:
         kb.store(m, i, as_expr(-math.inf, dt))
         kb.store(s, i, as_expr(0, dt))
@@ -305,15 +309,14 @@ def _softmax_columns(kb, x, y, m, s, base, n, inner, log):
 @lowering("Hardmax")
 def lower_hardmax(node, kb, ins, outs):
     x, y = ins[0], outs[0]
-    outer, n, inner = _extent(x.shape, node.attrs["axis"], node.attrs["coerce_2d"])
+    outer, n, inner = _extent(x.shape, node.attrs["axis"], node.attrs.get("coerce_2d", False))
     with kb.loop(outer) as o, kb.loop(inner) as i:
-        at = lambda a: (o * n + a) * inner + i  # noqa: E731
+        at = lambda a: (o * n + a) * inner + i
         best = kb.local(x.dtype, x.flat(at(Const(0))), "best")
         where = kb.local(np.int64, 0, "where")
-        with kb.loop(n, start=1) as a:
-            with kb.if_(x.flat(at(a)) > kb.get(best)):
-                kb.set(best, x.flat(at(a)))
-                kb.set(where, a)
+        with kb.loop(n, start=1) as a, kb.if_(x.flat(at(a)) > kb.get(best)):
+            kb.set(best, x.flat(at(a)))
+            kb.set(where, a)
         with kb.loop(n) as a:
             one = select(a.eq(kb.get(where)), as_expr(1, y.dtype), as_expr(0, y.dtype))
             kb.store(y, at(a), one)

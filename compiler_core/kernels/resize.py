@@ -5,43 +5,46 @@ weight table (when `weighted`) and its outside mask (when `extrapolation` is set
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from ..ir.loops import as_expr, call, cast, maximum, minimum, select
+from ..ir.loops import Buf, as_expr, call, cast, maximum, minimum, select
 from .registry import lowering
 
 
-def _axis_tables(node, ins):
-    """-> [(axis, index, weight | None, outside | None)] in the order the converter wrote them."""
-    tables, rest = [], iter(ins[1:])
-    for axis in node.attrs["axes"]:
-        index = next(rest)
-        weight = next(rest) if node.attrs["weighted"] else None
-        outside = next(rest) if node.attrs["extrapolation"] is not None else None
-        tables.append((axis, index, weight, outside))
-    return tables
+class AxisTables(NamedTuple):
+    axis: int
+    index: Buf  # (out_len, taps) int64
+    weight: Buf | None  # (out_len, taps)
+    outside: Buf | None  # (out_len,) bool
+
+
+def _axis_tables(node, ins) -> list[AxisTables]:
+    rest = iter(ins[1:])
+    return [AxisTables(axis, next(rest),
+                       next(rest) if node.attrs["weighted"] else None,
+                       next(rest) if node.attrs["extrapolation"] is not None else None)
+            for axis in node.attrs["axes"]]
 
 
 def _source(idx, tables, taps):
     src = list(idx)
-    for (axis, index, _, _), t in zip(tables, taps):
-        src[axis] = index[(idx[axis], t)]
+    for table, t in zip(tables, taps):
+        src[table.axis] = table.index[(idx[table.axis], t)]
     return tuple(src)
 
 
-def _weighted_sum(kb, x, idx, tables, work):
+def _weighted_sum(kb, x, idx, tables):
+    work = tables[0].weight.dtype
     total = kb.local(work, 0)
-    with kb.loops(_tap_counts(tables)) as taps:
+    with kb.loops(tuple(table.index.shape[1] for table in tables)) as taps:
         w = None
-        for (axis, _, weight, _), t in zip(tables, taps):
-            wt = weight[(idx[axis], t)]
+        for table, t in zip(tables, taps):
+            wt = table.weight[(idx[table.axis], t)]
             w = wt if w is None else w * wt
         kb.set(total, kb.get(total) + w * cast(x[_source(idx, tables, taps)], work))
     return kb.get(total)
-
-
-def _tap_counts(tables):
-    return tuple(index.shape[1] for _, index, _, _ in tables)
 
 
 def _to_output(value, dtype: np.dtype):
@@ -53,20 +56,25 @@ def _to_output(value, dtype: np.dtype):
     return cast(value, dtype)
 
 
+def _outside(idx, tables):
+    """True where any axis maps outside the crop box (tf_crop_and_resize)."""
+    outside = None
+    for table in tables:
+        o = table.outside[(idx[table.axis],)]
+        outside = o if outside is None else outside | o
+    return outside
+
+
 @lowering("Resize")
 def lower_resize(node, kb, ins, outs):
     x, y = ins[0], outs[0]
     tables = _axis_tables(node, ins)
     with kb.loops(y.shape) as idx:
         if node.attrs["weighted"]:
-            work = tables[0][2].dtype
-            value = _to_output(_weighted_sum(kb, x, idx, tables, work), y.dtype)
+            value = _to_output(_weighted_sum(kb, x, idx, tables), y.dtype)
         else:
             value = x[_source(idx, tables, [as_expr(0)] * len(tables))]
         if node.attrs["extrapolation"] is not None:
-            outside = None
-            for axis, _, _, mask in tables:
-                o = mask[(idx[axis],)]
-                outside = o if outside is None else outside | o
-            value = select(outside, as_expr(node.attrs["extrapolation"], y.dtype), value)
+            fill = as_expr(node.attrs["extrapolation"], y.dtype)
+            value = select(_outside(idx, tables), fill, value)
         kb.store(y, idx, value)

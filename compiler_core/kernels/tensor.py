@@ -24,23 +24,56 @@ def replace_at(idx: tuple, axis: int, value) -> tuple:
     return (*idx[:axis], value, *idx[axis + 1:])
 
 
+def copy_flat(kb, src, dst):
+    with kb.loop(dst.size) as i:
+        kb.store(dst, i, src.flat(i))
+
+
 @lowering("Reshape")
 def lower_reshape(node, kb, ins, outs):
     # Only reached when the memory planner could not make the output a view of the input.
-    x, y = ins[0], outs[0]
-    with kb.loop(y.size) as i:
-        kb.store(y, i, x.flat(i))
+    copy_flat(kb, ins[0], outs[0])
+
+
+TRANSPOSE_TILE = 8
 
 
 @lowering("Transpose")
 def lower_transpose(node, kb, ins, outs):
     x, y = ins[0], outs[0]
     perm = node.attrs["perm"]
-    with kb.loops(y.shape) as idx:
+    writes = len(perm) - 1  # output axis along which stores are contiguous
+    reads = perm.index(len(perm) - 1)  # output axis along which loads are contiguous
+
+    def copy(idx):
         src = [None] * len(perm)
         for out_axis, in_axis in enumerate(perm):
             src[in_axis] = idx[out_axis]
         kb.store(y, idx, x[tuple(src)])
+
+    if reads == writes or min(y.shape[reads], y.shape[writes]) < TRANSPOSE_TILE:
+        with kb.loops(y.shape) as idx:
+            copy(idx)
+        return
+    # Walking either axis alone strides through memory on the other side; square tiles keep
+    # both the lines read and the lines written in cache.
+    outer = [d for d in range(len(perm)) if d not in (reads, writes)]
+    with kb.loops([y.shape[d] for d in outer]) as rest:
+        with kb.loop(_tiles(y.shape[reads])) as ti, kb.loop(_tiles(y.shape[writes])) as tj:
+            with _tile(kb, ti, y.shape[reads]) as i, _tile(kb, tj, y.shape[writes]) as j:
+                idx = dict(zip(outer, rest)) | {reads: i, writes: j}
+                copy(tuple(idx[d] for d in range(len(perm))))
+
+
+def _tiles(n: int) -> int:
+    return -(-n // TRANSPOSE_TILE)
+
+
+def _tile(kb, t, n: int):
+    """The loop over the elements of tile `t` of an axis of length n."""
+    first = t * TRANSPOSE_TILE
+    last = first + TRANSPOSE_TILE
+    return kb.loop(last if n % TRANSPOSE_TILE == 0 else minimum(last, n), start=first)
 
 
 @lowering("Concat")
@@ -71,10 +104,18 @@ def lower_expand(node, kb, ins, outs):
 
 @lowering("Tile")
 def lower_tile(node, kb, ins, outs):
+    # A repeated axis is walked as (copy, position) loops: no division per element.
     x, y = ins[0], outs[0]
-    with kb.loops(y.shape) as idx:
-        src = tuple(i if n == m else i % n for i, n, m in zip(idx, x.shape, y.shape))
-        kb.store(y, idx, x[src])
+    repeats = [m // n if n else 1 for n, m in zip(x.shape, y.shape)]
+    split = [d for r, n in zip(repeats, x.shape) for d in ((r, n) if r > 1 else (n,))]
+    with kb.loops(split) as loop_vars:
+        walk, src, dst = iter(loop_vars), [], []
+        for r, n in zip(repeats, x.shape):
+            copy = next(walk) if r > 1 else None
+            i = next(walk)
+            src.append(i)
+            dst.append(i if copy is None else copy * n + i)
+        kb.store(y, tuple(dst), x[tuple(src)])
 
 
 # ---------------------------------------------------------------- gathers
@@ -109,11 +150,6 @@ def lower_gather_nd(node, kb, ins, outs):
 
 # ---------------------------------------------------------------- scatters
 
-def _copy_into(kb, src, dst):
-    with kb.loop(dst.size) as i:
-        kb.store(dst, i, src.flat(i))
-
-
 def _combine(reduction: str, old, new):
     if reduction == "none":
         return new
@@ -129,7 +165,7 @@ def lower_scatter_nd(node, kb, ins, outs):
     (data, indices, updates), y = ins, outs[0]
     depth = indices.shape[-1]
     lead = len(indices.shape) - 1
-    _copy_into(kb, data, y)
+    copy_flat(kb, data, y)
     with kb.loops(updates.shape) as idx:
         dst = [wrap_index(indices[(*idx[:lead], as_expr(d))], data.shape[d]) for d in range(depth)]
         dst = (*dst, *idx[lead:])
@@ -139,7 +175,7 @@ def lower_scatter_nd(node, kb, ins, outs):
 @lowering("ScatterElements")
 def lower_scatter_elements(node, kb, ins, outs):
     (data, indices, updates), y, axis = ins, outs[0], node.attrs["axis"]
-    _copy_into(kb, data, y)
+    copy_flat(kb, data, y)
     with kb.loops(updates.shape) as idx:
         dst = replace_at(idx, axis, wrap_index(indices[idx], data.shape[axis]))
         kb.store(y, dst, _combine(node.attrs["reduction"], y[dst], updates[idx]))
@@ -152,13 +188,14 @@ class PaddedAxis:
     """One axis of Pad: negative pads crop first, then the kept span is padded."""
     axis: int
     before: int  # positions added before the kept span
+    after: int  # positions added after it
     first: int  # first input position kept
     kept: int  # how many input positions are kept
 
     @classmethod
     def of(cls, axis: int, n: int, before: int, after: int) -> "PaddedAxis":
         first = max(-before, 0)
-        return cls(axis, max(before, 0), first, n - first - max(-after, 0))
+        return cls(axis, max(before, 0), max(after, 0), first, n - first - max(-after, 0))
 
     def offset(self, i):
         """Position of output `i` relative to the kept span (out of range in the padding)."""
@@ -167,16 +204,27 @@ class PaddedAxis:
     def source(self, i, mode: str):
         """The input position output `i` copies (constant mode: only valid inside the span)."""
         j, n = self.offset(i), self.kept
-        if mode == "edge":
-            j = minimum(maximum(j, 0), n - 1)
+        if mode == "reflect":
+            j = self._reflect(j)
         elif mode == "wrap":
-            j = j % n
-        elif mode == "reflect":
-            j = j % (2 * n - 2) if n > 1 else as_expr(0)  # reflection repeats every 2n-2
-            j = select(j < n, j, 2 * n - 2 - j) if n > 1 else j
-        else:
-            j = minimum(maximum(j, 0), n - 1)  # keep the load in bounds; the fill is chosen
+            # one wrap-around needs no division; wider pads go round the torus several times
+            j = select(j < 0, j + n, select(j >= n, j - n, j)) if self._within(n) else j % n
+        else:  # edge; constant mode also clamps to keep the load in bounds, the fill is chosen
+            j = minimum(maximum(j, 0), n - 1)
         return j + self.first
+
+    def _reflect(self, j):
+        n = self.kept
+        if n == 1:
+            return as_expr(0)
+        if not self._within(n - 1):
+            j = j % (2 * n - 2)  # the reflected sequence repeats every 2n-2 positions
+            return select(j < n, j, 2 * n - 2 - j)
+        j = select(j < 0, -j, j)
+        return select(j >= n, 2 * n - 2 - j, j)
+
+    def _within(self, limit: int) -> bool:
+        return self.before <= limit and self.after <= limit
 
 
 @lowering("Pad")
@@ -186,15 +234,36 @@ def lower_pad(node, kb, ins, outs):
     rank = len(x.shape)
     padded = [PaddedAxis.of(d, x.shape[d], pads[d], pads[d + rank])
               for d in range(rank) if pads[d] or pads[d + rank]]
-    with kb.loops(y.shape) as idx:
-        src = list(idx)
-        for p in padded:
-            src[p.axis] = p.source(idx[p.axis], mode)
-        value = x[tuple(src)]
-        if mode == "constant":
-            value = select(_inside(padded, idx), value,
-                           fill.flat(0) if fill is not None else as_expr(0, y.dtype))
-        kb.store(y, idx, value)
+    fill = fill.flat(0) if fill is not None else as_expr(0, y.dtype)
+    # The innermost axis is split into pad, copy and pad runs, so the long copy run is a
+    # plain contiguous loop that vectorizes.
+    innermost = padded[-1] if padded and padded[-1].axis == rank - 1 else None
+    with kb.loops(y.shape[:-1]) as lead:
+        for start, stop, padding in _runs(innermost, y.shape[-1]):
+            with kb.loop(stop, start=start) as i:
+                computed = padded if padding else [p for p in padded if p is not innermost]
+                _store_padded(kb, x, y, (*lead, i), computed, innermost, mode, fill)
+
+
+def _runs(innermost, n: int) -> list[tuple[int, int, bool]]:
+    """(start, stop, is_padding) runs of the innermost output axis."""
+    if innermost is None:
+        return [(0, n, False)]
+    copy_start, copy_stop = innermost.before, innermost.before + innermost.kept
+    runs = [(0, copy_start, True), (copy_start, copy_stop, False), (copy_stop, n, True)]
+    return [r for r in runs if r[1] > r[0]]
+
+
+def _store_padded(kb, x, y, idx, computed, innermost, mode, fill):
+    src = list(idx)
+    if innermost is not None and innermost not in computed:  # inside the copy run
+        src[-1] = idx[-1] - innermost.before + innermost.first
+    for p in computed:
+        src[p.axis] = p.source(idx[p.axis], mode)
+    value = x[tuple(src)]
+    if mode == "constant" and computed:
+        value = select(_inside(computed, idx), value, fill)
+    kb.store(y, idx, value)
 
 
 def _inside(padded, idx):
@@ -228,20 +297,24 @@ def lower_trilu(node, kb, ins, outs):
 
 @lowering("CumSum")
 def lower_cumsum(node, kb, ins, outs):
+    # Each step adds a whole slice to the previous output slice, so the inner loops run
+    # along contiguous memory whatever the axis.
     x, y = ins[0], outs[0]
-    axis, n = node.attrs["axis"], x.shape[node.attrs["axis"]]
-    outer = x.shape[:axis] + x.shape[axis + 1:]
-    with kb.loops(outer) as rest:
-        total = kb.local(x.dtype, 0)
-        with kb.loop(n) as t:
-            pos = (n - 1) - t if node.attrs["reverse"] else t
-            at = (*rest[:axis], pos, *rest[axis:])
-            if node.attrs["exclusive"]:
-                kb.store(y, at, kb.get(total))
-                kb.set(total, kb.get(total) + x[at])
-            else:
-                kb.set(total, kb.get(total) + x[at])
-                kb.store(y, at, kb.get(total))
+    axis, exclusive, reverse = node.attrs["axis"], node.attrs["exclusive"], node.attrs["reverse"]
+    n, before, after = x.shape[axis], x.shape[:axis], x.shape[axis + 1:]
+    if n == 0:
+        return
+    with kb.loops(before) as lead:
+        first = n - 1 if reverse else 0
+        with kb.loops(after) as tail:
+            at = (*lead, first, *tail)
+            kb.store(y, at, as_expr(0, y.dtype) if exclusive else x[at])
+        with kb.loop(n, start=1) as t:
+            pos = (n - 1) - t if reverse else t
+            prev = pos + 1 if reverse else pos - 1
+            with kb.loops(after) as tail:
+                added = x[(*lead, prev, *tail)] if exclusive else x[(*lead, pos, *tail)]
+                kb.store(y, (*lead, pos, *tail), y[(*lead, prev, *tail)] + added)
 
 
 @lowering("ReverseSequence")

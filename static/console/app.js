@@ -74,11 +74,18 @@
     }
   }
 
-  // ---- live regions: re-fetch a server-rendered fragment until it says it is final
+  // ---- live regions: re-fetch a server-rendered fragment while it says it is live;
+  // with data-idle-interval keep checking slowly (jobs submitted from CI appear too)
   function setupLive(region) {
-    var delay = parseInt(region.dataset.interval || "1500", 10);
+    var fast = parseInt(region.dataset.interval || "1500", 10);
+    var idle = parseInt(region.dataset.idleInterval || "0", 10);
+    function next() {
+      if (region.dataset.live === "true") return fast;
+      return idle;
+    }
+    function schedule(delay) { if (delay) setTimeout(tick, delay); }
     function tick() {
-      if (region.dataset.live !== "true") return;
+      if (document.hidden) { schedule(next() || fast); return; }
       fetch(region.dataset.url, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
         .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
         .then(function (html) {
@@ -88,11 +95,11 @@
           region.innerHTML = fresh.innerHTML;
           region.dataset.live = fresh.dataset.live;
           bindCopy(region);
-          if (region.dataset.live === "true") setTimeout(tick, delay);
+          schedule(next());
         })
-        .catch(function () { setTimeout(tick, delay * 3); });
+        .catch(function () { schedule(fast * 4); });
     }
-    setTimeout(tick, delay);
+    schedule(next());
   }
 
   function bindCopy(root) {

@@ -54,6 +54,22 @@ def assert_matches(model, feeds, reference="ort", rtol=1e-4, atol=None, **compil
     return got
 
 
+def assert_matches_each(model, feeds_list, reference="ort", rtol=1e-4):
+    """Compile `model` once (for the first feeds' shapes) and compare every feed set."""
+    compiled = cc.compile(model, input_shapes={k: v.shape for k, v in feeds_list[0].items()})
+    for feeds in feeds_list:
+        expected = (ort_run if reference == "ort" else reference_run)(model, feeds)
+        got = compiled.run(feeds)
+        for name, ref in expected.items():
+            ref, out = np.asarray(ref), got[name]
+            assert (out.shape, out.dtype) == (ref.shape, ref.dtype), name
+            if ref.dtype.kind == "f":
+                tol = 1e-4 + 1e-3 * float(np.max(np.abs(ref), initial=0))
+                np.testing.assert_allclose(out, ref, rtol=rtol, atol=tol, err_msg=name)
+            else:
+                np.testing.assert_array_equal(out, ref, err_msg=name)
+
+
 def rand(*shape, dtype=np.float32, seed=0, low=-1.0, high=1.0):
     rng = np.random.default_rng(seed)
     if np.dtype(dtype).kind == "f":

@@ -1,4 +1,5 @@
-"""If (constant and run-time conditions, nested) and Loop (unrolled) against ONNX Runtime."""
+"""If (constant and run-time conditions, nested), Loop and Scan (unrolled) against ONNX
+Runtime."""
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -7,7 +8,7 @@ import compiler_core as cc
 from compiler_core.frontend.converters import control_flow
 from compiler_core.frontend.onnx import import_model
 
-from .helpers import assert_matches, make_model, rand
+from .helpers import assert_matches, assert_matches_each, make_model, rand
 
 F = np.float32
 
@@ -39,8 +40,7 @@ def scale_branches(shape=(2, 3)):
     return then_b, else_b
 
 
-@pytest.mark.parametrize("flag", [True, False])
-def test_if_run_time_condition_runs_one_branch(flag):
+def test_if_run_time_condition_runs_one_branch():
     then_b, else_b = scale_branches()
     nodes = [node("ReduceSum", ["x"], ["s"], keepdims=0),
              node("Greater", ["s", "zero"], ["c"]),
@@ -48,8 +48,20 @@ def test_if_run_time_condition_runs_one_branch(flag):
              node("Add", ["y", "x"], ["z"])]
     model = make_model(nodes, [("x", F, (2, 3))], [("z", F, (2, 3))],
                        [("zero", np.array(0, F))], opset=13)
-    x = np.abs(rand(2, 3, seed=1)) * (1 if flag else -1)
-    assert_matches(model, {"x": x})
+    x = np.abs(rand(2, 3, seed=1))
+    assert_matches_each(model, [{"x": x}, {"x": -x}])
+
+
+def test_run_time_if_is_two_guarded_branches_writing_one_value():
+    then_b, else_b = scale_branches()
+    model = make_model([node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)],
+                       [("c", np.bool_, ()), ("x", F, (2, 3))], [("y", F, (2, 3))], opset=13)
+    g = import_model(model)
+    copies = [n for n in g.nodes if n.op == "Copy" and n.guards]
+    assert [(n.guards[0].cond.name, n.guards[0].when) for n in copies] == [("c", True),
+                                                                           ("c", False)]
+    assert copies[0].outputs == copies[1].outputs
+    assert all(n.guards for n in g.nodes if n.op in ("Mul", "Softmax", "Neg"))
 
 
 def test_if_condition_from_input_and_branch_outputs_outer_values():
@@ -57,8 +69,9 @@ def test_if_condition_from_input_and_branch_outputs_outer_values():
     else_b = graph([const_node("k", np.full(3, 7, F))], [("k", (3,))], name="else")
     model = make_model([node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)],
                        [("c", np.bool_, ()), ("a", F, (3,))], [("y", F, (3,))], opset=13)
-    for flag in (True, False):  # ONNX Runtime refuses outer values as branch outputs
-        assert_matches(model, {"c": np.array(flag), "a": rand(3)}, reference="onnx")
+    # ONNX Runtime refuses outer values as branch outputs
+    feeds = [{"c": np.array(flag), "a": rand(3)} for flag in (True, False)]
+    assert_matches_each(model, feeds, reference="onnx")
 
 
 def test_if_constant_condition_inlines_the_branch():
@@ -80,9 +93,8 @@ def test_nested_ifs_with_run_time_conditions():
     model = make_model([node("If", ["c1"], ["y"], then_branch=outer_then, else_branch=outer_else)],
                        [("c1", np.bool_, ()), ("c2", np.bool_, ()), ("x", F, (4,))],
                        [("y", F, (4,))], [("two", np.array(2, F))], opset=13)
-    for c1 in (True, False):
-        for c2 in (True, False):
-            assert_matches(model, {"c1": np.array(c1), "c2": np.array(c2), "x": rand(4)})
+    assert_matches_each(model, [{"c1": np.array(c1), "c2": np.array(c2), "x": rand(4)}
+                                for c1 in (True, False) for c2 in (True, False)])
 
 
 def test_if_with_several_outputs_and_graph_output():
@@ -93,8 +105,7 @@ def test_if_with_several_outputs_and_graph_output():
     model = make_model([node("If", ["c"], ["p", "q"], then_branch=then_b, else_branch=else_b)],
                        [("c", np.bool_, (1,)), ("x", F, (2, 2))], [("p", F, None), ("q", F, None)],
                        opset=13)
-    for flag in (True, False):
-        assert_matches(model, {"c": np.array([flag]), "x": rand(2, 2)})
+    assert_matches_each(model, [{"c": np.array([flag]), "x": rand(2, 2)} for flag in (True, False)])
 
 
 def test_if_branches_with_different_shapes_need_a_constant_condition():
@@ -146,8 +157,7 @@ def test_loop_inside_a_run_time_if():
     model = make_model([node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)],
                        [("c", np.bool_, ()), ("x", F, (3,))], [("y", F, (3,))],
                        [("M", np.array(3, np.int64))], opset=13)
-    for flag in (True, False):
-        assert_matches(model, {"c": np.array(flag), "x": rand(3)})
+    assert_matches_each(model, [{"c": np.array(flag), "x": rand(3)} for flag in (True, False)])
 
 
 def test_loop_with_run_time_trip_count_is_refused():

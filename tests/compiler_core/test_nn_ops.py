@@ -1,4 +1,6 @@
 """Convolutions, matrix products, pooling and normalisation against ONNX Runtime."""
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -54,6 +56,16 @@ def test_conv(name, xs, ws, attrs):
     _check("Conv", [("x", x)], attrs, consts)
 
 
+def test_deep_conv_with_fused_relu():
+    """K = 48 * 9 > K_CHUNK: partial sums are kept in the output between k chunks, and the
+    bias and Relu are applied once at the end."""
+    x, w, b = rand(1, 48, 6, 7), rand(20, 48, 3, 3, seed=2), rand(20, seed=3)
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                        helper.make_node("Relu", ["c"], ["y"])],
+                       [("x", F, x.shape)], [("y", F, (1, 20, 6, 7))], [("w", w), ("b", b)])
+    assert_matches(model, {"x": x})
+
+
 def test_conv_weights_as_input():
     x, w, b = rand(1, 4, 9, 9), rand(6, 2, 3, 3, seed=2), rand(6, seed=3)
     _check("Conv", [("x", x), ("w", w), ("b", b)], {"group": 2, "strides": [2, 2]})
@@ -89,6 +101,14 @@ def test_conv_transpose(name, xs, ws, attrs):
                                    ((2, 1, 9, 6), (3, 6, 17)), ((4, 13, 30), (30, 2))])
 def test_matmul(sa, sb):
     _check("MatMul", [("a", rand(*sa, seed=1)), ("b", rand(*sb, seed=2))])
+
+
+def test_gemm_long_reduction_with_bias_and_relu():
+    a, w, c = rand(7, 900), rand(900, 40, seed=2), rand(40, seed=3)
+    model = make_model([helper.make_node("Gemm", ["a", "w", "c"], ["g"], alpha=0.5, beta=2.0),
+                        helper.make_node("Relu", ["g"], ["y"])],
+                       [("a", F, a.shape)], [("y", F, (7, 40))], [("w", w), ("c", c)])
+    assert_matches(model, {"a": a})
 
 
 def test_matmul_constant_weights_and_int():
@@ -196,3 +216,12 @@ def test_group_norm(opset):
 @pytest.mark.parametrize("beta", [0.75, 0.6])
 def test_lrn(beta):
     _check("LRN", [("x", rand(1, 7, 5, 5))], {"size": 3, "alpha": 0.01, "beta": beta, "bias": 1.5})
+
+
+# ---------------------------------------------------------------- a whole small CNN
+
+def test_mobile_cnn_model():
+    """tests/models/mobile_cnn.onnx (see tests/models/make_models.py): depthwise-separable
+    convolutions, BatchNormalization, HardSwish/HardSigmoid, Resize and ConvTranspose."""
+    model = onnx.load(Path(__file__).parent.parent / "models" / "mobile_cnn.onnx")
+    assert_matches(model, {"image": rand(1, 3, 32, 32, seed=7)})

@@ -6,12 +6,10 @@ import numpy as np
 import onnx
 import pytest
 
-from compiler_core.frontend.onnx import _nodes_needing_converters
 from compiler_core.frontend.model_file import model_opset
+from compiler_core.frontend.onnx import _nodes_needing_converters
 
-import compiler_core as cc
-
-from .helpers import ort_run, rand
+from .helpers import assert_matches_each, rand
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 
@@ -25,20 +23,6 @@ def load(name: str) -> onnx.ModelProto:
     return model
 
 
-def assert_matches_all(model, feeds_list, rtol=1e-4):
-    """Compile once, then compare every feed set with ONNX Runtime."""
-    compiled = cc.compile(model, input_shapes={k: v.shape for k, v in feeds_list[0].items()})
-    for feeds in feeds_list:
-        got = compiled.run(feeds)
-        for name, ref in ort_run(model, feeds).items():
-            assert got[name].shape == ref.shape and got[name].dtype == ref.dtype, name
-            if ref.dtype.kind == "f":
-                atol = 1e-4 + 1e-3 * float(np.max(np.abs(ref), initial=0))
-                np.testing.assert_allclose(got[name], ref, rtol=rtol, atol=atol, err_msg=name)
-            else:
-                np.testing.assert_array_equal(got[name], ref, err_msg=name)
-
-
 def test_models_stay_small():
     for path in MODELS.glob("*.onnx"):
         assert path.stat().st_size < 1 << 20, path.name
@@ -46,7 +30,7 @@ def test_models_stay_small():
 
 def test_speech_lstm_gru():
     model = load("speech_lstm_gru.onnx")
-    assert_matches_all(model, [{"features": rand(1, 50, 40, seed=1, low=-2, high=2)}])
+    assert_matches_each(model, [{"features": rand(1, 50, 40, seed=1, low=-2, high=2)}])
 
 
 def test_transformer_encoder():
@@ -56,7 +40,7 @@ def test_transformer_encoder():
         mask = np.zeros((1, 16), np.int64)
         mask[0, :valid_tokens] = 1
         feeds.append({"embeddings": rand(1, 16, 64, seed=valid_tokens), "attention_mask": mask})
-    assert_matches_all(model, feeds)
+    assert_matches_each(model, feeds)
 
 
 def test_dynamic_if_takes_every_branch():
@@ -64,4 +48,4 @@ def test_dynamic_if_takes_every_branch():
     flat = rand(4, 8, seed=3, low=0.0, high=0.5)        # positive sum, max below 0.9
     peaked = flat.copy()
     peaked[2, 5] = 3.0
-    assert_matches_all(model, [{"x": peaked}, {"x": flat}, {"x": -flat}])
+    assert_matches_each(model, [{"x": peaked}, {"x": flat}, {"x": -flat}])

@@ -108,3 +108,11 @@ def test_unknown_activation_is_reported():
     model, _ = recurrent_model("RNN", activations=["Swish"])
     with pytest.raises(cc.CompileError, match="activation 'Swish' is not supported"):
         cc.compile(model)
+
+
+def test_wrong_initial_state_shape_is_reported():
+    model, feeds = recurrent_model("GRU", initial=True)
+    init = next(t for t in model.graph.initializer if t.name == "initial_h")
+    init.dims[:] = [1, 1, BATCH * HIDDEN]
+    with pytest.raises(cc.CompileError, match=r"initial_h must have shape \[1, 3, 8\]"):
+        cc.compile(model, input_shapes={"X": feeds["X"].shape})

@@ -9,21 +9,18 @@ from .helpers import assert_matches, make_model, rand
 F, I64 = np.float32, np.int64
 
 
-def node_model(op, x, out_shape, attrs=None, consts=(), runtime=(), opset=17, out_dtype=None,
-               outputs=("y",)):
+def node_model(op, x, attrs=None, consts=(), runtime=(), opset=17, out_dtype=None):
     """One `op` node reading x, then constant inputs (initializers), then runtime inputs."""
     names = ["x"] + [n for n, _ in consts] + [n for n, _ in runtime]
-    node = helper.make_node(op, names, list(outputs), **(attrs or {}))
+    node = helper.make_node(op, names, ["y"], **(attrs or {}))
     inputs = [("x", x.dtype, x.shape)] + [(n, a.dtype, a.shape) for n, a in runtime]
-    out_shapes = out_shape if isinstance(out_shape, list) else [out_shape]
-    outs = [(o, out_dtype or x.dtype, s) for o, s in zip(outputs, out_shapes)]
-    return make_model([node], inputs, outs, list(consts), opset=opset)
+    return make_model([node], inputs, [("y", out_dtype or x.dtype, None)], list(consts),
+                      opset=opset)
 
 
-def check(op, x, attrs=None, consts=(), runtime=(), opset=17, outputs=("y",), **kw):
-    model = node_model(op, x, None, attrs, consts, runtime, opset, outputs=outputs)
-    feeds = {"x": x, **dict(runtime)}
-    return assert_matches(model, feeds, **kw)
+def check(op, x, attrs=None, consts=(), runtime=(), opset=17, **kw):
+    model = node_model(op, x, attrs, consts, runtime, opset)
+    return assert_matches(model, {"x": x, **dict(runtime)}, **kw)
 
 
 # ---------------------------------------------------------------- reshapes (views)
@@ -64,14 +61,14 @@ def test_squeeze_unsqueeze_versions(opset):
 
 
 def test_squeeze_rejects_non_unit_axis():
-    m = node_model("Squeeze", rand(2, 3), None, consts=[("a", np.array([0], I64))])
+    m = node_model("Squeeze", rand(2, 3), consts=[("a", np.array([0], I64))])
     with pytest.raises(cc.CompileError, match="size is not 1"):
         cc.compile(m)
 
 
 def test_runtime_shape_is_a_clear_error():
     x, s = rand(2, 3), np.array([3, 2], I64)
-    m = node_model("Reshape", x, None, runtime=[("s", s)])
+    m = node_model("Reshape", x, runtime=[("s", s)])
     with pytest.raises(cc.CompileError, match="compile time"):
         cc.compile(m, input_shapes={"x": x.shape, "s": s.shape})
 
@@ -83,9 +80,15 @@ def test_transpose(perm):
     check("Transpose", rand(2, 3, 4), {"perm": perm} if perm else {})
 
 
+@pytest.mark.parametrize("shape,perm", [((20, 3, 17), [2, 1, 0]), ((2, 16, 24), [0, 2, 1])])
+def test_transpose_tiled(shape, perm):
+    check("Transpose", rand(*shape), {"perm": perm})
+
+
 def test_concat_with_constant_and_negative_axis():
     x = rand(2, 3)
-    check("Concat", x, {"axis": -1}, consts=[("c", rand(2, 2, seed=3))], runtime=[("z", rand(2, 1))])
+    check("Concat", x, {"axis": -1}, consts=[("c", rand(2, 2, seed=3))],
+          runtime=[("z", rand(2, 1))])
 
 
 @pytest.mark.parametrize("mode", ["DCR", "CRD"])
@@ -138,7 +141,8 @@ def test_gather_runtime_negative_indices(axis, indices):
 
 def test_gather_elements_and_nd():
     x = rand(3, 4)
-    check("GatherElements", x, {"axis": 1}, runtime=[("i", np.array([[0, -1], [1, 2], [3, 3]], I64))])
+    pick = np.array([[0, -1], [1, 2], [3, 3]], I64)
+    check("GatherElements", x, {"axis": 1}, runtime=[("i", pick)])
     nd = np.array([[[0, 1], [-1, 2]], [[1, 0], [2, 2]]], I64)
     check("GatherND", rand(3, 3, 2), runtime=[("i", nd)])
     check("GatherND", rand(2, 3, 4), {"batch_dims": 1}, runtime=[("i", np.array([[1], [-1]], I64))])
@@ -213,7 +217,7 @@ def test_sparse_and_list_constants():
 
 
 def test_data_dependent_shape_is_a_clear_error():
-    m = node_model("NonZero", rand(3), None, out_dtype=I64)
+    m = node_model("NonZero", rand(3), out_dtype=I64)
     with pytest.raises(cc.CompileError, match="depends on the input data"):
         cc.compile(m)
 
@@ -295,3 +299,24 @@ def test_resize_integer_image():
     x = rand(1, 1, 4, 4, dtype=np.uint8, low=0, high=25)
     consts = [("roi", np.array([], F)), ("scales", np.array([1, 1, 1.5, 1.5], F))]
     check("Resize", x, {"mode": "linear"}, consts=consts, opset=13, reference="onnx")
+
+
+def test_resize_half_precision():
+    x = rand(1, 1, 4, 5, dtype=np.float16)
+    consts = [("roi", np.array([], F)), ("scales", np.array([1, 1, 1.5, 0.6], F))]
+    check("Resize", x, {"mode": "cubic"}, consts=consts, opset=13, reference="onnx", atol=2e-3)
+
+
+@pytest.mark.parametrize("op,attrs,consts,message", [
+    ("Resize", {"coordinate_transformation_mode": "corners"},
+     [("r", np.array([], F)), ("s", np.array([1, 2], F))], "coordinate_transformation_mode"),
+    ("Resize", {"mode": "nearest", "antialias": 1},
+     [("r", np.array([], F)), ("s", np.array([1, 2], F))], "antialias"),
+    ("Pad", {"mode": "mirror"}, [("p", np.array([0, 1, 0, 1], I64))], "Pad mode"),
+    ("Split", {"axis": 1}, [("s", np.array([1, 1], I64))], "do not add up"),
+    ("Reshape", {}, [("s", np.array([-1, -1], I64))], "more than one -1"),
+])
+def test_clear_errors(op, attrs, consts, message):
+    m = node_model(op, rand(2, 3), attrs, consts, opset=19)
+    with pytest.raises(cc.CompileError, match=message):
+        cc.compile(m)

@@ -64,13 +64,10 @@ os.environ.update({
                      else f"sqlite:///{TMP / 'test.sqlite3'}"),
 })
 
-_redis_proc = None
-if _answers(SYSTEM_REDIS):
-    os.environ["REDIS_URL"] = "redis://127.0.0.1:6379/0"
-else:
-    _port = devstack.free_port()
-    _redis_proc = devstack.start_redis(TMP / "redis", _port, LOGS)
-    os.environ["REDIS_URL"] = f"redis://127.0.0.1:{_port}/0"
+# the system Redis when it answers; otherwise one started by the `database` fixture
+OWN_REDIS_PORT = (None if _answers(SYSTEM_REDIS) and not os.environ.get("TF_TEST_OWN_REDIS")
+                  else devstack.free_port())
+os.environ["REDIS_URL"] = f"redis://127.0.0.1:{OWN_REDIS_PORT or 6379}/0"
 
 import django  # noqa: E402  after the environment is set
 
@@ -99,11 +96,12 @@ def _drop_database() -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def database():
+    redis = devstack.start_redis(TMP / "redis", OWN_REDIS_PORT, LOGS) if OWN_REDIS_PORT else None
     _create_database()
     yield
     _drop_database()
-    if _redis_proc is not None:
-        _redis_proc.stop()
+    if redis is not None:
+        redis.stop()
     shutil.rmtree(TMP, ignore_errors=True)
 
 

@@ -57,6 +57,7 @@ def test_list_detail_and_filters(api, uploaded, no_enqueue):
     listing = api.get("/api/v1/jobs").json()
     assert listing["count"] == 1 and listing["results"][0]["id"] == job_id
     assert api.get("/api/v1/jobs", state="failed").json()["count"] == 0
+    assert api.get("/api/v1/jobs", state="exploded").status_code == 400
     assert api.get("/api/v1/jobs", model=uploaded["id"]).json()["count"] == 1
     detail = api.get(f"/api/v1/jobs/{job_id}").json()
     assert detail["state"] == "queued" and detail["progress"] == 0 and detail["artifacts"] == []

@@ -123,3 +123,12 @@ def test_api_docs_page_lists_every_endpoint(browser):
 def test_console_404_is_a_page_not_a_trace(browser):
     resp = browser.get("/jobs/00000000-0000-0000-0000-000000000000/")
     assert resp.status_code == 404 and "Not found" in resp.content.decode()
+
+
+def test_admin_for_operators(make_user):
+    from django.contrib.auth import get_user_model
+    get_user_model().objects.create_superuser("root", password="correct-horse-battery")
+    client = Client()
+    client.login(username="root", password="correct-horse-battery")
+    for path in ("/admin/", "/admin/jobs/compilejob/", "/admin/accounts/apitoken/"):
+        assert client.get(path).status_code == 200, path

@@ -119,3 +119,36 @@ def test_repeated_worker_deaths_end_the_job(submit):
     CompileJob.objects.filter(pk=job_id).update(state="running", attempts=3, stage="benchmark")
     job = run(job_id)
     assert_failed(job, "started 3 times", "benchmark")
+
+
+def test_duplicate_delivery_leaves_a_live_job_alone(submit):
+    job_id = submit()
+    CompileJob.objects.filter(pk=job_id).update(state="running", worker="a@host", attempts=1,
+                                                stage="build", heartbeat_at=timezone.now())
+    job = run(job_id)  # another worker ("test-worker") receives the same task
+    assert job.state == "running" and job.worker == "a@host" and job.attempts == 1
+
+
+def test_broker_down_at_submit_is_503_and_the_job_fails(api, uploaded, monkeypatch):
+    from kombu.exceptions import OperationalError
+
+    from workers.tasks import compile_job
+
+    def refuse(*args, **kwargs):
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    monkeypatch.setattr(compile_job, "apply_async", refuse)
+    resp = api.post_json("/api/v1/jobs", {"model": uploaded["id"], "input_shapes": {"x": [1, 256]}})
+    assert resp.status_code == 503 and "queue" in resp.json()["error"]
+    job = CompileJob.objects.get()
+    assert job.state == "failed" and "submit the job again" in job.error
+
+
+def test_soft_time_limit_fails_the_job_with_the_limit(submit, monkeypatch):
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    def too_slow(run, *args):
+        run.enter("optimize")
+        raise SoftTimeLimitExceeded()
+    monkeypatch.setattr(pipeline, "compile_stage", too_slow)
+    job = run(submit())
+    assert_failed(job, "time limit", "optimize")

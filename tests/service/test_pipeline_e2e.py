@@ -8,9 +8,12 @@ import sys
 import tarfile
 import time
 import urllib.request
+from datetime import timedelta
 
 import numpy as np
 import onnxruntime as ort
+
+from django.utils import timezone
 
 import compiler_core as cc
 from tests.service import onnx_models
@@ -92,7 +95,9 @@ def test_artifacts_not_duplicated_when_a_job_is_delivered_again(api, worker):
     job_id = api.post_json("/api/v1/jobs", {"model": model["id"]}).json()["id"]
     assert wait_for(api, job_id)["state"] == "succeeded"
     first = dict(Artifact.objects.filter(job_id=job_id).values_list("name", "sha256"))
-    CompileJob.objects.filter(pk=job_id).update(state="running")  # as if it never finished
+    # as if its worker died after uploading: still "running", heartbeat gone quiet
+    CompileJob.objects.filter(pk=job_id).update(
+        state="running", heartbeat_at=timezone.now() - timedelta(minutes=10))
     pipeline.run_job(job_id, worker="redelivered")
     job = CompileJob.objects.get(pk=job_id)
     assert job.state == "succeeded" and job.attempts == 2

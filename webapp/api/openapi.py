@@ -24,7 +24,7 @@ def json_content(schema: dict) -> dict:
 def errors(*codes: int) -> dict:
     text = {400: "invalid request", 401: "missing, invalid or revoked token",
             404: "not found (also for other users' objects)", 409: "state conflict",
-            413: "upload too large"}
+            413: "upload too large", 503: "the job queue is unreachable; try again"}
     return {str(c): {"description": text[c], **json_content(ref("Error"))} for c in codes}
 
 
@@ -113,7 +113,7 @@ PATHS = {
                 "responses": {"200": json_content(page_of("Job")), **errors(400, 401, 404)}},
         "post": {"summary": "Submit a compile job",
                  "requestBody": {"required": True, **json_content(ref("JobRequest"))},
-                 "responses": {"201": json_content(ref("Job")), **errors(400, 401, 404)}}},
+                 "responses": {"201": json_content(ref("Job")), **errors(400, 401, 404, 503)}}},
     "/jobs/{id}": {"get": {"summary": "A job's state, stage, progress, results and artifacts",
                            "parameters": [id_param("id")],
                            "responses": {"200": json_content(ref("Job")), **errors(401, 404)}}},

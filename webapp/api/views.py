@@ -6,7 +6,8 @@ from django.http import HttpResponseRedirect, JsonResponse
 
 from compiler_core.targets import all_targets
 from webapp.jobs import services, storage
-from webapp.jobs.models import CompileJob, UploadedModel
+from webapp.jobs.errors import RequestError
+from webapp.jobs.models import CompileJob, JobState, UploadedModel
 from webapp.jobs.validation import owned_model, parse_job_request
 
 from .http import endpoint, json_body
@@ -47,6 +48,8 @@ def jobs(request):
     if request.GET.get("model"):
         qs = qs.filter(model=owned_model(request.api_user, request.GET["model"]))
     if request.GET.get("state"):
+        if request.GET["state"] not in JobState.values:
+            raise RequestError(f"state must be one of {', '.join(JobState.values)}")
         qs = qs.filter(state=request.GET["state"])
     return JsonResponse(paginate(request, qs.prefetch_related("artifacts"),
                                  lambda j: job_json(j, request)))

@@ -89,8 +89,20 @@ def submit_job(user, req: JobRequest) -> CompileJob:
 
 
 def enqueue(job: CompileJob) -> None:
+    """Hand the job id to the broker; if that fails the job fails now instead of waiting."""
     from workers.tasks import compile_job  # the web process only needs the task's name
-    result = compile_job.apply_async(args=[str(job.id)], task_id=str(job.id))
+    try:
+        result = compile_job.apply_async(args=[str(job.id)], task_id=str(job.id),
+                                         retry_policy={"max_retries": 2, "interval_start": 0.2,
+                                                       "interval_step": 0.5})
+    except Exception as exc:  # kombu/redis raise many types; all mean "not queued"
+        log.error("could not queue job %s: %s", job.id, exc)
+        CompileJob.objects.filter(pk=job.pk).update(
+            state=JobState.FAILED, finished_at=timezone.now(),
+            error=f"the job queue is unreachable ({type(exc).__name__}); submit the job again "
+                  "in a moment")
+        raise RequestError("the job queue is unreachable; the job was not started, "
+                           "try again in a moment", 503) from None
     CompileJob.objects.filter(pk=job.pk, task_id="").update(task_id=result.id)
 
 

@@ -1,4 +1,4 @@
-"""Converters for If and Loop: subgraphs are converted inline, there is no IR for control flow.
+"""Converters for If, Loop and Scan: subgraphs are converted inline, there is no control-flow IR.
 
 If, constant condition: only the chosen branch is converted.
 If, run-time condition: both branches are converted, each under a Guard on the condition,

@@ -74,9 +74,7 @@ for _op in ACTIVATIONS:
 @converter("Mod", 10)
 def mod(cx, inputs):
     _check_same_dtype(cx, inputs)
-    fmod = cx.attr("fmod", 0)
-    if not fmod and inputs[0].dtype.kind == "f":
-        raise CompileError("Mod with fmod=0 on floats is invalid in ONNX; set fmod=1")
+    fmod = cx.attr("fmod", 0)  # 0: the result takes the divisor's sign, as Python's %
     return _emit_map(cx, inputs, attrs={"fmod": fmod})
 
 

@@ -5,8 +5,9 @@ time loop. Inputs keep ONNX order with two changes: W and R arrive transposed to
 [dirs, in, gates*H] (so the gate update is a contiguous multiply-add the vectorizer
 likes; for constant weights the transpose happens at compile time), and absent optional
 inputs are None. Outputs are always Y, Y_h (and Y_c for LSTM) followed by scratch: the input
-projections of every step [seq*batch*gates*H] and, for GRU, a row for the hidden part of the
-gates [4H]; the converter hands back only the outputs the model names.
+projections of every step [seq*batch*gates*H] and, for GRU, a row per batch entry for the
+hidden part of the gates [batch*4H]; the converter hands back only the outputs the model
+names.
 
 Attributes: hidden_size, directions (["forward"], ["reverse"] or ["forward", "reverse"]),
 activations (per direction, a list of [name, alpha, beta]), clip (float or None), layout,
@@ -29,8 +30,8 @@ ACTIVATIONS = {
     "affine": (1.0, 0.0), "leakyrelu": (0.01, None), "thresholdedrelu": (1.0, None),
     "scaledtanh": (1.0, 1.0), "hardsigmoid": (0.2, 0.5), "elu": (1.0, None),
 }
-# op -> (number of gates, default activations of one direction, extra scratch row in units
-# of H: GRU keeps the hidden part of its gates [3H] and r * h_prev [H] apart)
+# op -> (number of gates, default activations of one direction, extra scratch per batch
+# entry in units of H: GRU keeps the hidden part of its gates [3H] and r * h_prev [H] apart)
 CELLS = {
     "LSTM": (4, ["Sigmoid", "Tanh", "Tanh"], 0),
     "GRU": (3, ["Sigmoid", "Tanh"], 4),
@@ -92,6 +93,27 @@ def _check_shapes(x, w, r, hidden, gates, num_dirs, layout):
         raise CompileError(f"layout must be 0 or 1, got {layout}")
 
 
+def _check_optional_shapes(inputs, gates, hidden, num_dirs, batch, state_shape):
+    expected = {3: ("B", (num_dirs, 2 * gates * hidden)), 4: ("sequence_lens", (batch,)),
+                5: ("initial_h", state_shape), 6: ("initial_c", state_shape),
+                7: ("P", (num_dirs, 3 * hidden))}
+    for k, (name, shape) in expected.items():
+        v = inputs[k]
+        if v is not None and tuple(v.shape) != shape:
+            raise CompileError(f"{name} must have shape {list(shape)}, got {list(v.shape)}")
+
+
+def _attributes(cx, op, dirs, hidden, layout, default_acts) -> dict:
+    attrs = {"hidden_size": hidden, "directions": dirs, "layout": layout,
+             "activations": _activations(cx, default_acts, len(dirs)),
+             "clip": None if cx.attr("clip") is None else float(cx.attr("clip"))}
+    if op == "LSTM":
+        attrs["input_forget"] = int(cx.attr("input_forget", 0))
+    if op == "GRU":
+        attrs["linear_before_reset"] = int(cx.attr("linear_before_reset", 0))
+    return attrs
+
+
 def _convert(cx, inputs):
     op = cx.node.op_type
     gates, default_acts, scratch_rows = CELLS[op]
@@ -102,24 +124,19 @@ def _convert(cx, inputs):
     layout = int(cx.attr("layout", 0))
     _check_shapes(x, w, r, hidden, gates, len(dirs), layout)
     seq, batch = (x.shape[0], x.shape[1]) if layout == 0 else (x.shape[1], x.shape[0])
-    attrs = {"hidden_size": hidden, "directions": dirs, "layout": layout,
-             "activations": _activations(cx, default_acts, len(dirs)),
-             "clip": None if cx.attr("clip") is None else float(cx.attr("clip"))}
-    if op == "LSTM":
-        attrs["input_forget"] = int(cx.attr("input_forget", 0))
-    if op == "GRU":
-        attrs["linear_before_reset"] = int(cx.attr("linear_before_reset", 0))
     y_shape = (seq, len(dirs), batch, hidden) if layout == 0 else (batch, seq, len(dirs), hidden)
     state_shape = (len(dirs), batch, hidden) if layout == 0 else (batch, len(dirs), hidden)
+    _check_optional_shapes(inputs, gates, hidden, len(dirs), batch, state_shape)
     outputs = [(y_shape, x.dtype), (state_shape, x.dtype)]
     if op == "LSTM":
         outputs.append((state_shape, x.dtype))
     results = len(outputs)
     outputs.append(((seq * batch * gates * hidden,), x.dtype))  # input projections
     if scratch_rows:
-        outputs.append(((scratch_rows * hidden,), x.dtype))
+        outputs.append(((batch * scratch_rows * hidden,), x.dtype))
     ins = [x, _transposed_weights(cx, w), _transposed_weights(cx, r), *inputs[3:]]
     ins = ins[:8] if op == "LSTM" else ins[:6]
+    attrs = _attributes(cx, op, dirs, hidden, layout, default_acts)
     return cx.emit(op, ins, outputs, attrs)[:results]
 
 

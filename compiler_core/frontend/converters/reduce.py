@@ -7,8 +7,9 @@ IR forms (attributes are canonical whatever the opset):
   Softmax / LogSoftmax / Hardmax  {"axis", "coerce_2d"}
       coerce_2d=True is the opset < 13 meaning: the tensor is seen as 2-D
       [prod(shape[:axis]), prod(shape[axis:])] and normalised along the second dim.
-      When the op normalises along a non-innermost axis the node gets two scratch
-      outputs of shape [inner] (running max and sum per column).
+      When Softmax / LogSoftmax normalise along a non-innermost axis the node gets two
+      scratch outputs of shape [inner] (running max and sum per column), which let the
+      kernel sweep contiguous columns; without them it works one strided row at a time.
 """
 from __future__ import annotations
 
@@ -106,14 +107,6 @@ def topk_v10(cx, inputs):
 
 # ---------------------------------------------------------------- Softmax family
 
-def normalised_extent(shape, axis: int, coerce_2d: bool) -> tuple[int, int, int]:
-    """(outer, n, inner): the op normalises each of the `outer * inner` rows of length n."""
-    outer = int(np.prod(shape[:axis], dtype=np.int64))
-    if coerce_2d:
-        return outer, int(np.prod(shape[axis:], dtype=np.int64)), 1
-    return outer, shape[axis], int(np.prod(shape[axis + 1:], dtype=np.int64))
-
-
 def _emit_normalise(cx, x, axis: int, coerce_2d: bool):
     rank = len(x.shape)
     if rank == 0:
@@ -122,13 +115,13 @@ def _emit_normalise(cx, x, axis: int, coerce_2d: bool):
     axis = rank if coerce_2d and axis == rank else norm_axis(axis, rank)
     # flattening at the last axis is the same as normalising along it
     coerce_2d = coerce_2d and axis != rank - 1
-    _, _, inner = normalised_extent(x.shape, axis, coerce_2d)
+    # elements between neighbours along the normalised axis (1 when it is innermost)
+    inner = 1 if coerce_2d else int(np.prod(x.shape[axis + 1:], dtype=np.int64))
     outputs = [(x.shape, x.dtype)]
     if inner > 1 and cx.node.op_type != "Hardmax":
         scratch = np.dtype(np.float32) if x.dtype == np.float16 else x.dtype
         outputs += [((inner,), scratch), ((inner,), scratch)]
-    op = cx.node.op_type
-    return cx.emit(op, [x], outputs, {"axis": axis, "coerce_2d": coerce_2d})[:1]
+    return cx.emit(cx.node.op_type, [x], outputs, {"axis": axis, "coerce_2d": coerce_2d})[:1]
 
 
 def _normalise_v1(cx, inputs):

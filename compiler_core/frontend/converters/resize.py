@@ -19,7 +19,8 @@ from .common import const_value, norm_axis
 
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
                     "asymmetric", "tf_crop_and_resize")
-NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+MODES = ("nearest", "linear", "cubic")
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,8 @@ def axis_table(ax: AxisResize, how: Interpolation) -> AxisTable:
     index, weight = _filter_taps(x, ax.scale, how)
     if how.exclude_outside:
         weight = np.where((index < 0) | (index >= ax.in_len), 0.0, weight)
-        weight = weight / np.where(weight.sum(1, keepdims=True) == 0, 1, weight.sum(1, keepdims=True))
+        total = weight.sum(1, keepdims=True)
+        weight = weight / np.where(total == 0, 1, total)
     return AxisTable(np.clip(index, 0, ax.in_len - 1), weight, outside)
 
 
@@ -131,35 +133,37 @@ def _filter_taps(x: np.ndarray, scale: float, how: Interpolation):
 
 def emit_resize(cx, x, out_shape, scales, how: Interpolation, rois=None, extrapolation=0.0):
     """One IR `Resize` node with the tap tables of every axis whose size or mapping changes."""
-    if how.mode not in ("nearest", "linear", "cubic"):
-        raise CompileError(f"resize mode {how.mode!r} is not nearest, linear or cubic")
-    if how.coordinates not in COORDINATE_MODES:
-        raise CompileError(f"coordinate_transformation_mode {how.coordinates!r} is not one of "
-                           f"{', '.join(COORDINATE_MODES)}")
-    if how.mode == "nearest" and how.nearest not in NEAREST_MODES:
-        raise CompileError(f"nearest_mode {how.nearest!r} is not one of {', '.join(NEAREST_MODES[:4])}")
+    _check_choice("mode", how.mode, MODES)
     rois = rois or [(0.0, 1.0)] * len(x.shape)
     axes = [AxisResize(n, m, s, r) for n, m, s, r in zip(x.shape, out_shape, scales, rois)]
     moved = [d for d, ax in enumerate(axes) if not _is_identity(ax, how)]
     if not moved:
         return x
-    inputs, taps = [x], []
+    inputs = [x]
     for d in moved:
         table = axis_table(axes[d], how)
-        taps.append(table.index.shape[1])
         inputs.append(cx.const(table.index, "resize_index"))
         if table.weight is not None:
             inputs.append(cx.const(table.weight.astype(_weight_dtype(x.dtype)), "resize_weight"))
         if table.outside is not None:
             inputs.append(cx.const(table.outside, "resize_outside"))
-    attrs = {"axes": tuple(moved), "taps": tuple(taps), "weighted": how.mode != "nearest",
-             "extrapolation": float(extrapolation) if how.coordinates == "tf_crop_and_resize" else None}
+    crop = how.coordinates == "tf_crop_and_resize"
+    attrs = {"axes": tuple(moved), "weighted": how.mode != "nearest",
+             "extrapolation": float(extrapolation) if crop else None}
     return cx.emit1("Resize", inputs, out_shape, x.dtype, attrs)
 
 
+def _check_choice(attribute: str, value: str, choices) -> None:
+    if value not in choices:
+        raise CompileError(f"{attribute} {value!r} is not one of {', '.join(choices)}")
+
+
 def _weight_dtype(dtype: np.dtype) -> np.dtype:
-    # integer outputs are rounded, so weigh them in double to round like the reference
-    return dtype if dtype.kind == "f" else np.dtype(np.float64)
+    """Accumulation type: half sums in float; integer outputs are rounded at the end, so
+    they are weighed in double to round where the reference does."""
+    if dtype.kind != "f":
+        return np.dtype(np.float64)
+    return dtype if dtype.itemsize >= 4 else np.dtype(np.float32)
 
 
 def _is_identity(ax: AxisResize, how: Interpolation) -> bool:
@@ -204,18 +208,30 @@ def resize_v10(cx, inputs):
 @converter("Resize", 11)
 def resize_v11(cx, inputs):
     x, roi, scales, sizes = (list(inputs) + [None] * 4)[:4]
-    if cx.attr("antialias", 0) and cx.attr("mode", "nearest") == "nearest":
-        raise CompileError("antialias applies only to linear and cubic resize; remove it")
-    how = Interpolation(cx.attr("mode", "nearest"),
-                        cx.attr("coordinate_transformation_mode", "half_pixel"),
-                        cx.attr("nearest_mode", "round_prefer_floor"), cx.attr("cubic_coeff_a", -0.75),
-                        bool(cx.attr("exclude_outside", 0)), bool(cx.attr("antialias", 0)))
+    how = _interpolation(cx)
     rank = len(x.shape)
     axes = [norm_axis(a, rank) for a in cx.attr("axes", range(rank))]
     out_shape, full_scales = _target(cx, x.shape, axes, _present(scales, "scales"),
                                      _present(sizes, "sizes"))
-    rois = _rois(_present(roi, "roi"), axes, rank) if how.coordinates == "tf_crop_and_resize" else None
-    return [emit_resize(cx, x, out_shape, full_scales, how, rois, cx.attr("extrapolation_value", 0.0))]
+    rois = None
+    if how.coordinates == "tf_crop_and_resize":  # roi may be anything in the other modes
+        rois = _rois(_present(roi, "roi"), axes, rank)
+    fill = cx.attr("extrapolation_value", 0.0)
+    return [emit_resize(cx, x, out_shape, full_scales, how, rois, fill)]
+
+
+def _interpolation(cx) -> Interpolation:
+    how = Interpolation(cx.attr("mode", "nearest"),
+                        cx.attr("coordinate_transformation_mode", "half_pixel"),
+                        cx.attr("nearest_mode", "round_prefer_floor"),
+                        cx.attr("cubic_coeff_a", -0.75),
+                        bool(cx.attr("exclude_outside", 0)), bool(cx.attr("antialias", 0)))
+    _check_choice("coordinate_transformation_mode", how.coordinates, COORDINATE_MODES)
+    if how.mode == "nearest":
+        _check_choice("nearest_mode", how.nearest, NEAREST_MODES)
+        if how.antialias:
+            raise CompileError("antialias applies only to linear and cubic resize; remove it")
+    return how
 
 
 def _present(v, what):

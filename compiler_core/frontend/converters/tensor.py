@@ -63,14 +63,17 @@ def flatten(cx, inputs):
     axis = cx.attr("axis", 1)
     axis = axis + len(x.shape) if axis < 0 else axis  # axis may equal the rank
     if not 0 <= axis <= len(x.shape):
-        raise CompileError(f"Flatten axis {cx.attr('axis')} is out of range for rank {len(x.shape)}")
+        raise CompileError(f"Flatten axis {cx.attr('axis')} is out of range for rank "
+                           f"{len(x.shape)}")
     outer = int(np.prod(x.shape[:axis], dtype=np.int64))
     return [reshape(cx, x, (outer, int(np.prod(x.shape[axis:], dtype=np.int64))))]
 
 
 def _squeeze(cx, x, axes):
     rank = len(x.shape)
-    axes = norm_axes(axes, rank) if axes is not None else [d for d in range(rank) if x.shape[d] == 1]
+    if axes is None:
+        axes = [d for d in range(rank) if x.shape[d] == 1]
+    axes = norm_axes(axes, rank)
     wrong = [a for a in axes if x.shape[a] != 1]
     if wrong:
         raise CompileError(f"cannot squeeze axes {wrong} of shape {list(x.shape)}: size is not 1")
@@ -163,11 +166,10 @@ def concat(cx, inputs):
     present = [v for v in inputs if v is not None]
     rank = len(present[0].shape)
     axis = norm_axis(cx.attr("axis"), rank)
-    for v in present:
-        if len(v.shape) != rank or any(a != b for d, (a, b) in enumerate(zip(v.shape, present[0].shape))
-                                       if d != axis):
-            raise CompileError(f"Concat on axis {axis} of shapes {[list(p.shape) for p in present]}: "
-                               "all other dimensions must match")
+    others = {tuple(n for d, n in enumerate(v.shape) if d != axis) for v in present}
+    if len(others) > 1 or any(len(v.shape) != rank for v in present):
+        raise CompileError(f"Concat on axis {axis} of shapes {[list(p.shape) for p in present]}: "
+                           "all other dimensions must match")
     shape = list(present[0].shape)
     shape[axis] = sum(v.shape[axis] for v in present)
     nonempty = [v for v in present if v.size]
@@ -249,7 +251,8 @@ def split_v2(cx, inputs):
 
 @converter("Split", 13)
 def split_v13(cx, inputs):
-    return _split(cx, inputs[0], cx.attr("axis", 0), ints(optional_input(inputs, 1), "Split's split"))
+    sizes = ints(optional_input(inputs, 1), "Split's split")
+    return _split(cx, inputs[0], cx.attr("axis", 0), sizes)
 
 
 @converter("Split", 18)
