@@ -4,6 +4,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -21,12 +22,20 @@ from .targets import get_target
 
 
 def compile(model, input_shapes: dict | None = None, target: str = "native", opt_level: int = 3,
-            tuning=None) -> Artifact:
+            tuning=None, progress: Callable[[str], None] | None = None) -> Artifact:
+    """`progress(stage)` is called as each stage starts: validate, optimize, [tune,] build."""
+    report = progress or (lambda stage: None)
     if opt_level not in (0, 1, 2, 3):
         raise CompileError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
     tgt = get_target(target)
     started = time.perf_counter()
-    graph = run_pipeline(import_model(model, input_shapes), opt_level)
+    report("validate")
+    graph = import_model(model, input_shapes)
+    report("optimize")
+    graph = run_pipeline(graph, opt_level)
+    if tuning:
+        report("tune")
+    report("build")
     plan = plan_memory(graph)
     steps = lower_graph(graph, plan)
     module = build_module(graph.name, tgt.spec.triple, steps, plan)
@@ -46,12 +55,33 @@ def lower_graph(graph: Graph, plan: MemoryPlan) -> list[Step]:
     if missing:
         raise CompileError(f"no kernel for graph ops {missing}")
     steps = []
+    kernels: dict[tuple, object] = {}  # nodes that differ only in their data share code
     for n in graph.nodes:
         if n.outputs[0] in plan.views:
             continue
-        kernel = lower_node(n, f"k{len(steps)}_{n.op}")
-        steps.append(Step(kernel, kernel_params(n), n.guards))
+        key = kernel_key(n)
+        if key not in kernels:
+            kernels[key] = lower_node(n, f"k{len(kernels)}_{n.op}")
+        steps.append(Step(kernels[key], kernel_params(n), n.guards))
     return steps
+
+
+def kernel_key(n) -> tuple:
+    """What a lowering may depend on: op, attrs and the shapes and dtypes of its params."""
+    def sig(v):
+        return None if v is None else (v.shape, v.dtype.str)
+    return (n.op, _frozen(n.attrs), tuple(map(sig, n.inputs)), tuple(map(sig, n.outputs)))
+
+
+def _frozen(value):
+    """A hashable, exact stand-in for an attribute value (repr abbreviates big arrays)."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return ("ndarray", value.shape, value.dtype.str, value.tobytes())
+    return (type(value).__name__, repr(value))
 
 
 def pack_weights(plan: MemoryPlan) -> bytes:

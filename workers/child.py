@@ -5,7 +5,6 @@ as JSON lines on stdout and writes {"result": ...} or {"error": ..., "kind": ...
 """
 from __future__ import annotations
 
-import inspect
 import json
 import resource
 import sys
@@ -26,22 +25,10 @@ def limit_memory(megabytes: int) -> None:
 
 def do_compile(args: dict) -> dict:
     import compiler_core as cc
-    from compiler_core.frontend.onnx import import_model
 
-    emit("validate")
     shapes = {k: tuple(v) for k, v in args["input_shapes"].items()}
-    # Importing once up front reports every unsupported op and shape problem at the
-    # validate stage; cc.compile imports again (it takes the model, not our graph).
-    import_model(args["model_path"], shapes)
-    emit("optimize")
-    kwargs = dict(input_shapes=shapes, target=args["target"], opt_level=args["opt_level"],
-                  tuning=args["tuning"])
-    if "progress" in inspect.signature(cc.compile).parameters:
-        kwargs["progress"] = lambda stage, *rest: emit(str(stage))
-    elif args["tuning"]:
-        emit("tune")
-    artifact = cc.compile(args["model_path"], **kwargs)
-    emit("build")
+    artifact = cc.compile(args["model_path"], input_shapes=shapes, target=args["target"],
+                          opt_level=args["opt_level"], tuning=args["tuning"], progress=emit)
     out = artifact.save(args["out_dir"])
     cc.load(out, threads=args.get("threads", 1))  # the library loads and links
     return {"meta": artifact.meta}

@@ -37,7 +37,11 @@ def build_module(name: str, triple: str, steps: list[Step], plan: MemoryPlan) ->
     weights.linkage = "external"
     weights.visibility = "hidden"
     weights.global_constant = True
-    fns = [lower_kernel(module, s.kernel) for s in steps]
+    lowered: dict[int, ir.Function] = {}  # steps may share one Kernel (driver.lower_graph)
+    for s in steps:
+        if id(s.kernel) not in lowered:
+            lowered[id(s.kernel)] = lower_kernel(module, s.kernel)
+    fns = [lowered[id(s.kernel)] for s in steps]
     entry = _entry(module, "tf_run_with_arena", steps, fns, plan, weights)
     _entry(module, "tf_profile", steps, fns, plan, weights, profile=True)
     _static_entry(module, entry, plan)
