@@ -65,7 +65,9 @@ def artifact_files(graph, target, opt_level, steps, so_bytes, stats, tuning) -> 
         "outputs": outputs,
         "target": target.as_dict(),
         "opt_level": opt_level,
-        "kernels": [{"name": s.kernel.name, "op": s.kernel.name.split("_", 1)[1]} for s in steps],
+        "kernels": [{"name": s.kernel.name, "op": s.kernel.name.split("_", 1)[1]}
+                    for s in steps if s.kernel],
+        "runtime_errors": [s.message for s in steps if s.error],  # code k -> entry k-1
         "op_histogram": graph.op_histogram(),
         "tuning": tuning_summary(tuning),
         "stats": stats,
@@ -113,7 +115,9 @@ extern "C" {{
 {body}
  */
 
-/* Runs the model using a static internal arena: not reentrant across threads. Returns 0. */
+/* Runs the model using a static internal arena: not reentrant across threads. Returns 0, or
+   k > 0 when the inputs take a path that cannot run at the compiled shapes: meta.json's
+   runtime_errors[k-1] says which. */
 int tf_run(const void *const *inputs, void *const *outputs);
 /* Reentrant: the caller passes scratch memory of tf_arena_size() bytes, 64-byte aligned. */
 int tf_run_with_arena(const void *const *inputs, void *const *outputs, void *arena);

@@ -51,12 +51,16 @@ def compile(model, input_shapes: dict | None = None, target: str = "native", opt
 
 
 def lower_graph(graph: Graph, plan: MemoryPlan) -> list[Step]:
-    missing = sorted({n.op for n in graph.nodes if n.op not in LOWERINGS})
+    missing = sorted({n.op for n in graph.nodes if n.op not in LOWERINGS and n.op != "Unreachable"})
     if missing:
         raise CompileError(f"no kernel for graph ops {missing}")
-    steps = []
+    steps, errors = [], 0
     kernels: dict[tuple, object] = {}  # nodes that differ only in their data share code
     for n in graph.nodes:
+        if n.op == "Unreachable":
+            errors += 1
+            steps.append(Step(None, [], n.guards, error=errors, message=n.attrs["message"]))
+            continue
         if n.outputs[0] in plan.views:
             continue
         key = kernel_key(n)

@@ -25,9 +25,11 @@ from .parallel import threads_global
 
 @dataclass
 class Step:
-    kernel: Kernel
+    kernel: Kernel | None
     values: list[Value]  # one per kernel param, in order
     guards: tuple[Guard, ...] = ()
+    error: int = 0  # nonzero: no kernel; the entry point returns this code (when guards hold)
+    message: str = ""  # what that error code means, for meta.json
 
 
 def build_module(name: str, triple: str, steps: list[Step], plan: MemoryPlan) -> ir.Module:
@@ -39,13 +41,13 @@ def build_module(name: str, triple: str, steps: list[Step], plan: MemoryPlan) ->
     weights.global_constant = True
     lowered: dict[int, ir.Function] = {}  # steps may share one Kernel (driver.lower_graph)
     for s in steps:
-        if id(s.kernel) not in lowered:
+        if s.kernel is not None and id(s.kernel) not in lowered:
             lowered[id(s.kernel)] = lower_kernel(module, s.kernel)
-    fns = [lowered[id(s.kernel)] for s in steps]
+    fns = [lowered.get(id(s.kernel)) if s.kernel is not None else None for s in steps]
     entry = _entry(module, "tf_run_with_arena", steps, fns, plan, weights)
     _entry(module, "tf_profile", steps, fns, plan, weights, profile=True)
     _static_entry(module, entry, plan)
-    _constant_fn(module, "tf_num_kernels", I32, len(steps))
+    _constant_fn(module, "tf_num_kernels", I32, sum(1 for s in steps if s.kernel))
     _set_threads_fn(module)
     return module
 
@@ -82,7 +84,13 @@ def _entry(module, name, steps, fns, plan, weights, profile=False) -> ir.Functio
                 cache[v] = b.gep(base, [ir.Constant(I64, loc.index)], source_etype=I8)
         return cache[v]
 
-    for k, (step, kfn) in enumerate(zip(steps, fns)):
+    kernel_steps = [(step, kfn) for step, kfn in zip(steps, fns) if kfn is not None]
+    slot = {id(step): k for k, (step, _) in enumerate(kernel_steps)}
+    for step, kfn in zip(steps, fns):
+        if step.error:
+            with b.if_then(_guard_condition(b, step.guards, pointer)):
+                b.ret(ir.Constant(I32, step.error))
+            continue
         args = [pointer(v) for v in step.values]
         started = clock.now() if clock else None
         if step.guards:
@@ -92,7 +100,7 @@ def _entry(module, name, steps, fns, plan, weights, profile=False) -> ir.Functio
         else:
             b.call(kfn, args)
         if clock:
-            clock.accumulate(fn.args[3], k, started)
+            clock.accumulate(fn.args[3], slot[id(step)], started)
     b.ret(ir.Constant(I32, 0))
     return fn
 

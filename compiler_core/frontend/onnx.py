@@ -267,7 +267,7 @@ def resolve_input_shape(vi: onnx.ValueInfoProto, given) -> tuple[int, ...]:
             raise CompileError(f"input_shapes gives {vi.name!r} {len(given)} dims but the model "
                                f"declares {len(tt.shape.dim)}")
         for d, g in zip(tt.shape.dim if tt.HasField("shape") else [], given):
-            if d.HasField("dim_value") and d.dim_value != g:
+            if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != g:
                 raise CompileError(f"input_shapes gives {vi.name!r} shape {list(given)} but the "
                                    f"model fixes a dimension to {d.dim_value}")
         if any(g < 0 for g in given):

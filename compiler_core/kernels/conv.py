@@ -72,7 +72,8 @@ def lower_conv(node, kb, ins, outs):
     OC, out_spatial = y.shape[1], y.shape[2:]
     rank = len(out_spatial)
     q_shape = xq.shape[-rank:]
-    P = wide_size(out_spatial, q_shape)
+    # the wide scratch may have a few more columns than wide_size (whole register tiles)
+    P = wide.shape[1] if wide is not None else wide_size(out_spatial, q_shape)
     icg, ocg, kred = C // group, OC // group, koff.shape[0]
     chan = int(np.prod(xq.shape[2:], dtype=np.int64))
 
@@ -92,11 +93,21 @@ def lower_conv(node, kb, ins, outs):
             else:
                 out = Output(wide, lambda m, p0: (row0 + m) * P + p0)
 
-            emit_gemm(kb, GemmShape(ocg, P, kred),
-                      Operand(w, lambda m, k: (row0 + m) * kred + k, kred),
+            emit_gemm(kb, GemmShape(ocg, P, kred), _weights(w, g, ocg, kred, node.attrs),
                       Operand(xq, lambda k, p: x_base + koff[k] + p), out, y.dtype)
         if wide is not None:
             _crop(kb, y, wide, n, q_shape, epilogue)
+
+
+def _weights(w, g, ocg, kred, attrs) -> Operand:
+    """W as the GEMM's A operand: ONNX layout, or tile-packed by passes/pack_weights.py
+    (element (m, k) of group g at ((g * rows + m0) * K + k * MR + m - m0), m0 = m - m % MR)."""
+    mr = attrs.get("packed_mr")
+    if mr is None:
+        return Operand(w, lambda m, k: (g * ocg + m) * kred + k, kred)
+    rows = -(-ocg // mr) * mr
+    # tiles start at multiples of MR, so base(m0, k) + i reaches row m0 + i
+    return Operand(w, lambda m0, k: (g * rows + m0) * kred + k * mr, 1)
 
 
 def _crop(kb, y, wide, n, q_shape, epilogue):

@@ -62,6 +62,11 @@ class Output:
         return self.row_epilogue(m) if self.row_epilogue is not None else (lambda v, n: v)
 
 
+def tile_columns(M: int, N: int) -> int:
+    """The width of emit_gemm's register tiles for an M x N result."""
+    return min(NR_FOR_MR[min(MAX_MR, M)], N)
+
+
 def emit_gemm(kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype=np.float32):
     """Emit loops computing every C[m, n] = sum_k A(m, k) B(k, n) into `out`."""
     if shape.N < SMALL_N:
@@ -77,7 +82,7 @@ class _TiledGemm:
     def __init__(self, kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype):
         self.kb, self.shape, self.a, self.b, self.out, self.dtype = kb, shape, a, b, out, dtype
         self.mr = min(MAX_MR, shape.M)
-        self.nr = min(NR_FOR_MR[self.mr], shape.N)
+        self.nr = tile_columns(shape.M, shape.N)
         self.chunks = -(-shape.K // K_CHUNK)
         self.chunk_size = -(-shape.K // self.chunks)
         # columns per block: the block's K x NC slice of B fits in about a third of L2

@@ -297,10 +297,21 @@ def lower_trilu(node, kb, ins, outs):
 
 @lowering("CumSum")
 def lower_cumsum(node, kb, ins, outs):
+    x, y = ins[0], outs[0]
+    exclusive, reverse = node.attrs["exclusive"], node.attrs["reverse"]
+    if node.attrs["axis"] is not None:
+        _cumsum_along(kb, x, y, node.attrs["axis"], exclusive, reverse)
+        return
+    # the axis is a run-time input: one loop nest per possible axis, the right one runs
+    axis = wrap_index(ins[1].flat(0), len(x.shape))
+    for d in range(len(x.shape)):
+        with kb.if_(axis.eq(d)):
+            _cumsum_along(kb, x, y, d, exclusive, reverse)
+
+
+def _cumsum_along(kb, x, y, axis: int, exclusive: bool, reverse: bool):
     # Each step adds a whole slice to the previous output slice, so the inner loops run
     # along contiguous memory whatever the axis.
-    x, y = ins[0], outs[0]
-    axis, exclusive, reverse = node.attrs["axis"], node.attrs["exclusive"], node.attrs["reverse"]
     n, before, after = x.shape[axis], x.shape[:axis], x.shape[axis + 1:]
     if n == 0:
         return

@@ -10,13 +10,14 @@ from .finalize_outputs import finalize_outputs
 from .fold_batchnorm import fold_batchnorm
 from .fuse_activation import fuse_activation
 from .fuse_elementwise import fuse_elementwise
+from .pack_weights import pack_weights
 
 Pass = Callable[[Graph], Graph]
 
 PIPELINES: dict[str, list[Pass]] = {
     "O0": [finalize_outputs, eliminate_dead_code],
     "O1": [eliminate_dead_code, fold_batchnorm, fuse_activation, eliminate_common_subexpressions,
-           finalize_outputs, eliminate_dead_code],
+           finalize_outputs, eliminate_dead_code, pack_weights],
 }
 PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise]
 PIPELINES["O3"] = PIPELINES["O2"]

@@ -82,10 +82,13 @@ class LoadedModel:
         ins = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         outp = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
         run, arena = self._run, ctypes.c_void_p(self._arena_ptr)
+        messages = self.meta.get("runtime_errors", [])
 
         def call():
-            if run(ins, outp, arena) != 0:
-                raise RuntimeError(f"model {self.directory} returned an error")
+            rc = run(ins, outp, arena)
+            if rc != 0:
+                known = 0 < rc <= len(messages)
+                raise RuntimeInputError(messages[rc - 1] if known else f"model error code {rc}")
         call.buffers = (arrays, outs)  # the buffers must live as long as the call
         return call
 

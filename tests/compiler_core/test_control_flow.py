@@ -196,3 +196,23 @@ def test_scan_directions_and_output_axis():
     model = make_model([scan], [("acc0", F, (4,)), ("x", F, (4, 5))],
                        [("acc", F, None), ("seen_all", F, None), ("squares", F, None)], opset=16)
     assert_matches(model, {"acc0": rand(4, seed=1), "x": rand(4, 5, seed=2)})
+
+
+def test_runtime_if_branch_invalid_for_compiled_shapes_fails_only_when_taken():
+    """The else branch reshapes to a size the compiled input cannot have: compiling works,
+    taking that branch at run time raises with the reason."""
+    import compiler_core as cc
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    bad_shape = helper.make_tensor("bad", TensorProto.INT64, [2], [5, 5])
+    else_g = helper.make_graph(
+        [helper.make_node("Constant", [], ["s"], value=bad_shape),
+         helper.make_node("Reshape", ["x", "s"], ["e"])], "else", [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    m = make_model([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+                   [("c", np.bool_, ()), ("x", np.float32, (2, 3))], [("y", np.float32, None)])
+    art = cc.compile(m)
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    np.testing.assert_array_equal(art.run({"c": np.array(True), "x": x})["y"], np.maximum(x, 0))
+    with pytest.raises(cc.RuntimeInputError, match="else_branch was taken but cannot run"):
+        art.run({"c": np.array(False), "x": x})

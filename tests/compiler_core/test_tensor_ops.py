@@ -251,6 +251,11 @@ def test_cumsum(exclusive, reverse):
           consts=[("a", np.array(-1, I64))], opset=14)
 
 
+def test_cumsum_runtime_axis():
+    check("CumSum", rand(3, 4, 2), {"reverse": 1}, runtime=[("a", np.array(-2, np.int32))],
+          opset=14)
+
+
 def test_reverse_sequence():
     lens = np.array([1, 3, 2], I64)
     check("ReverseSequence", rand(4, 3, 2), {"batch_axis": 1, "time_axis": 0},

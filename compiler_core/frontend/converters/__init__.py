@@ -1,5 +1,6 @@
 """Importing this package registers every ONNX converter."""
 from . import einsum  # noqa: F401
+from . import misc, quantized_linear, sampling, signal  # noqa: F401  (misc ops)
 from . import control_flow  # noqa: F401
 from . import elementwise  # noqa: F401
 from . import quantize  # noqa: F401

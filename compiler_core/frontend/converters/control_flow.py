@@ -54,15 +54,36 @@ def if_op(cx, inputs):
 
 
 def _guarded_branches(cx, cond: Value, branches: dict) -> list[Value]:
-    with cx.scope(Guard(cond, True)):
-        then_values = convert_subgraph(cx, branches[True], {})
-        results = [cx.emit("Copy", [v], [(v.shape, v.dtype)], names=[name])[0]
-                   for v, name in zip(then_values, _output_names(cx, len(then_values)))]
-    with cx.scope(Guard(cond, False)):
-        else_values = convert_subgraph(cx, branches[False], {})
-        _check_branches_agree(then_values, else_values)
-        for v, out in zip(else_values, results):
-            _emit_into(cx, "Copy", [v], out)
+    """A branch that cannot be compiled for these input shapes (the untaken 8 kHz path of a
+    16 kHz model, say) becomes a run-time error instead of a compile error."""
+    node, attrs = cx.node, cx.attrs
+    results, failures = None, {}
+    for when in (True, False):
+        mark = len(cx.nodes)
+        with cx.scope(Guard(cond, when)):
+            try:
+                values = convert_subgraph(cx, branches[when], {})
+            except CompileError as exc:
+                del cx.nodes[mark:]
+                cx.node, cx.attrs = node, attrs
+                failures[when] = exc
+                continue
+            if results is None:
+                results = [cx.emit("Copy", [v], [(v.shape, v.dtype)], names=[name])[0]
+                           for v, name in zip(values, _output_names(cx, len(values)))]
+            else:
+                _check_branches_agree(results, values)
+                for v, out in zip(values, results):
+                    _emit_into(cx, "Copy", [v], out)
+    if results is None:
+        raise failures[True]
+    for when, exc in failures.items():
+        branch = "then_branch" if when else "else_branch"
+        with cx.scope(Guard(cond, when)):
+            message = (f"If {node.name or ''}: {branch} was taken but cannot run for the input "
+                       f"shapes this model was compiled for ({exc})")
+            cx.nodes.append(Node("Unreachable", [], list(results), {"message": message},
+                                 node.name or node.op_type, cx.guards))
     return results
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from ...errors import CompileError
 from ...kernels.conv import conv_tap_offsets, wide_size
+from ...kernels.matmul import tile_columns
 from ..registry import converter
 from .common import broadcast, norm_axis
 
@@ -82,24 +83,45 @@ def conv(cx, inputs):
     dilations = _ints(cx.attr("dilations"), rank, 1, "dilations")
     pb, pe = window_pads(cx, x.shape[2:], kernel, strides, dilations)
     out = [window_output(*a) for a in zip(x.shape[2:], kernel, strides, dilations, pb, pe)]
-    xq = conv_input(cx, x, strides, pb, pe, 0.0)
+    q_shape = phase_grid(x.shape[2:], strides, pb, pe)
+    P = wide_size(out, q_shape)
+    slack = 0
+    if P != int(np.prod(out)) and needs_conv_pad(strides, pb, pe):
+        # round the wide columns up to whole register tiles: the extra columns are garbage
+        # like the other wide ones, and ConvPad leaves zeros after the input for them to read
+        nr = tile_columns(OC // group, P)
+        slack = -P % nr
+    xq = conv_input(cx, x, strides, pb, pe, 0.0, slack)
     q_shape = xq.shape[-rank:]
     koff = cx.const(conv_tap_offsets(C // group, kernel, dilations, strides, q_shape), "conv_taps")
     outs = [((N, OC, *out), x.dtype)]
-    P = wide_size(out, q_shape)
     if P != int(np.prod(out)):
-        outs.append(((OC, P), x.dtype))  # scratch for the wide output
+        outs.append(((OC, P + slack), x.dtype))  # scratch for the wide output
     attrs = {"group": group, "strides": strides, "dilations": dilations, "kernel_shape": kernel,
              "pads_begin": pb, "pads_end": pe, "activation": None}
     names = [cx.node.output[0], "conv_wide"][:len(outs)]
     return cx.emit("Conv", [xq, w, b, koff], outs, attrs, names)[:1]
 
 
-def conv_input(cx, x, strides, pads_begin, pads_end, fill):
-    """x itself, or x padded with `fill` and split into stride phases (N, C, s..., q...)."""
-    if not any(pads_begin) and not any(pads_end) and all(s == 1 for s in strides):
+def needs_conv_pad(strides, pads_begin, pads_end) -> bool:
+    return any(pads_begin) or any(pads_end) or any(s != 1 for s in strides)
+
+
+def phase_grid(in_spatial, strides, pads_begin, pads_end) -> list[int]:
+    """The q grid of each stride phase of the padded input."""
+    return [math.ceil((n + a + b) / s) for n, a, b, s in zip(in_spatial, pads_begin, pads_end, strides)]
+
+
+def conv_input(cx, x, strides, pads_begin, pads_end, fill, slack=0):
+    """x itself, or x padded with `fill` and split into stride phases (N, C, s..., q...).
+
+    `slack` more elements of `fill` must be readable after the last phase plane; the first
+    q dim grows for them, which leaves the strides of the q grid unchanged.
+    """
+    if not needs_conv_pad(strides, pads_begin, pads_end):
         return x
-    q = [math.ceil((n + a + b) / s) for n, a, b, s in zip(x.shape[2:], pads_begin, pads_end, strides)]
+    q = phase_grid(x.shape[2:], strides, pads_begin, pads_end)
+    q[0] += math.ceil(slack / int(np.prod(q[1:], dtype=np.int64)))
     shape = (*x.shape[:2], *strides, *q)
     attrs = {"strides": strides, "pads_begin": pads_begin, "value": fill}
     return cx.emit("ConvPad", [x], [(shape, x.dtype)], attrs, [f"{x.name}_padded"])[0]

@@ -66,7 +66,7 @@ def source_coordinates(ax: AxisResize, coordinates: str) -> np.ndarray:
 
 
 def nearest_index(x: np.ndarray, mode: str, scale: float) -> np.ndarray:
-    if mode == "simple":  # Upsample and Resize-10: truncate up-sampling, ceil down-sampling
+    if mode == "simple":  # Upsample and Resize-10: floor when up-sampling, ceil when down-sampling
         mode = "ceil" if scale < 1 else "floor"
     rounding = {"round_prefer_floor": lambda v: np.ceil(v - 0.5),
                 "round_prefer_ceil": lambda v: np.floor(v + 0.5),

@@ -505,9 +505,11 @@ def trilu(cx, inputs):
 @converter("CumSum", 11)
 def cumsum(cx, inputs):
     x, axis = inputs
-    axis = norm_axis(ints(axis, "CumSum's axis")[0], len(x.shape))
-    attrs = {"axis": axis, "exclusive": bool(cx.attr("exclusive", 0)),
+    attrs = {"axis": None, "exclusive": bool(cx.attr("exclusive", 0)),
              "reverse": bool(cx.attr("reverse", 0))}
+    if not axis.is_const:  # the result's shape does not depend on it: choose at run time
+        return [cx.emit1("CumSum", [x, axis], x.shape, x.dtype, attrs)]
+    attrs["axis"] = norm_axis(int(axis.const.reshape(-1)[0]), len(x.shape))
     return [cx.emit1("CumSum", [x], x.shape, x.dtype, attrs)]
 
 

@@ -1,0 +1,50 @@
+"""Pre-pack constant convolution weights into the order the GEMM tiles read them.
+
+A register tile multiplies MR output channels at a time and walks k; in W's own layout
+(OC, K) its MR weights per k lie in MR rows far apart, i.e. MR separate memory streams. The
+packed layout puts them next to each other:
+    packed[g, m // MR, k, m % MR] = W[g * OCg + m, k]      (rows padded with zeros to MR)
+so each tile reads one sequential stream. The Conv node gets attrs["packed_mr"] = MR.
+Runs after fold_batchnorm, which needs the weights in ONNX layout.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Graph, Node, Value
+from ..kernels.matmul import MAX_MR, SMALL_N
+
+
+def pack_weights(graph: Graph) -> Graph:
+    nodes = [_packed(n) if _packable(n) else n for n in graph.nodes]
+    return Graph(graph.inputs, graph.outputs, nodes, graph.name, graph.opset)
+
+
+def _packable(n: Node) -> bool:
+    """Constant weights of a Conv whose GEMM is tiled (not the few-column dot products)."""
+    if n.op != "Conv" or not n.inputs[1].is_const or "packed_mr" in n.attrs:
+        return False
+    columns = n.outputs[1].shape[1] if len(n.outputs) > 1 else np.prod(n.outputs[0].shape[2:])
+    return columns >= SMALL_N
+
+
+def packed_conv_weights(w: np.ndarray, group: int) -> tuple[np.ndarray, int]:
+    """(packed array of shape (group, OCg_padded // MR, K, MR), MR)."""
+    oc = w.shape[0]
+    ocg = oc // group
+    mr = min(MAX_MR, ocg)
+    rows = -(-ocg // mr) * mr
+    k = int(np.prod(w.shape[1:], dtype=np.int64))
+    padded = np.zeros((group, rows, k), w.dtype)
+    padded[:, :ocg] = w.reshape(group, ocg, k)
+    packed = padded.reshape(group, rows // mr, mr, k).transpose(0, 1, 3, 2)
+    return np.ascontiguousarray(packed), mr
+
+
+def _packed(n: Node) -> Node:
+    w = n.inputs[1]
+    data, mr = packed_conv_weights(w.const, n.attrs["group"])
+    packed = Value(f"{w.name}_packed", data.shape, w.dtype, const=data)
+    inputs = list(n.inputs)
+    inputs[1] = packed
+    return Node(n.op, inputs, list(n.outputs), dict(n.attrs, packed_mr=mr), n.name, n.guards)
