@@ -1,7 +1,8 @@
 """Convolution as an implicit GEMM over a prepared input (see frontend/converters/nn.py).
 
 `ConvPad` pads the input and splits it into stride phases:
-    xq[n, c, ph_1..ph_r, q_1..q_r] = x[n, c, q_i * s_i + ph_i - pad_i]   (0 outside x)
+    xq[n, c, ph_1..ph_r, q_1..q_r] = x[n, c, q_i * s_i + ph_i - pad_i]   (fill outside x)
+(the first q dim may have extra rows of fill: slack for reads past the last window),
 after which every kernel tap reads a *contiguous* run of xq whatever the stride, at a
 constant offset `koff[k]` (k = input channel and tap). So for one image and one group
 
@@ -38,23 +39,41 @@ def wide_size(out_spatial, q_spatial) -> int:
 def lower_conv_pad(node, kb, ins, outs):
     x, xq = ins[0], outs[0]
     strides, pads = node.attrs["strides"], node.attrs["pads_begin"]
-    rank = len(strides)
-    q_shape = xq.shape[-rank:]
+    q_shape = xq.shape[-len(strides):]
     fill = as_expr(node.attrs.get("value", 0), xq.dtype)  # -inf for max pooling
-    with kb.loop(xq.size, name="z") as i:
-        kb.store_flat(xq, i, fill)
     for phase in itertools.product(*[range(s) for s in strides]):
-        _copy_phase(kb, x, xq, phase, strides, pads, q_shape)
+        lo, hi = _inside(x.shape[2:], phase, strides, pads, q_shape)
+        _fill_outside(kb, xq, phase, lo, hi, q_shape, fill)
+        if all(a < b for a, b in zip(lo, hi)):
+            _copy_phase(kb, x, xq, phase, strides, pads, lo, hi)
 
 
-def _copy_phase(kb, x, xq, phase, strides, pads, q_shape):
-    """The q range of each dim whose source row q*s + ph - pad lies inside x is static."""
-    in_spatial = x.shape[2:]
+def _inside(in_spatial, phase, strides, pads, q_shape):
+    """The box [lo, hi) of q whose source q * s + ph - pad lies inside x (static)."""
     lo = [max(0, math.ceil((p - ph) / s)) for p, ph, s in zip(pads, phase, strides)]
-    hi = [min(q, math.ceil((n + p - ph) / s))
-          for q, n, p, ph, s in zip(q_shape, in_spatial, pads, phase, strides)]
-    if any(a >= b for a, b in zip(lo, hi)):
-        return
+    hi = [max(a, min(q, math.ceil((n + p - ph) / s)))
+          for a, q, n, p, ph, s in zip(lo, q_shape, in_spatial, pads, phase, strides)]
+    return lo, hi
+
+
+def _fill_outside(kb, xq, phase, lo, hi, q_shape, fill):
+    """Write `fill` everywhere in the phase plane but the box: for each dim d, the slabs
+    before lo[d] and after hi[d] (dims before d limited to the box, dims after d whole)."""
+    N, C = xq.shape[:2]
+    empty = any(a >= b for a, b in zip(lo, hi))
+    slabs = [[(0, q) for q in q_shape]] if empty else []
+    for d in range(len(q_shape) if not empty else 0):
+        for start, stop in ((0, lo[d]), (hi[d], q_shape[d])):
+            if start < stop:
+                whole = [(0, q) for q in q_shape[d + 1:]]
+                slabs.append([*zip(lo[:d], hi[:d]), (start, stop), *whole])
+    for slab in slabs:
+        with kb.loops((N, C, *[b - a for a, b in slab])) as idx:
+            q = [i + a for i, (a, _) in zip(idx[2:], slab)]
+            kb.store(xq, (idx[0], idx[1], *[as_expr(ph) for ph in phase], *q), fill)
+
+
+def _copy_phase(kb, x, xq, phase, strides, pads, lo, hi):
     N, C = x.shape[:2]
     with kb.loops((N, C)) as (n, c):
         with kb.loops([b - a for a, b in zip(lo, hi)]) as rel:
@@ -80,7 +99,10 @@ def lower_conv(node, kb, ins, outs):
     def epilogue(oc):
         """value -> act(value + bias[oc]), with the bias loaded once per output channel."""
         b = kb.local(y.dtype, bias[oc], "bias") if bias is not None else None
-        return lambda value, p=None: apply_activation(act, value if b is None else value + Get(b))
+
+        def finish(value, _column=None):
+            return apply_activation(act, value if b is None else value + Get(b))
+        return finish
 
     with kb.loop(N, name="n") as n:
         with kb.loop(group, name="g") as g:
@@ -183,7 +205,8 @@ def _col2im(kb, y, col, n, oc0, ocg, kernel, attrs, in_spatial):
     in_plane = int(np.prod(in_spatial, dtype=np.int64))
     in_strides = grid_strides(in_spatial)
     for tap_index, tap in enumerate(itertools.product(*[range(k) for k in kernel])):
-        lo = [max(0, math.ceil((p - t * d) / s)) for p, t, d, s in zip(pads, tap, dilations, strides)]
+        lo = [max(0, math.ceil((p - t * d) / s))
+              for p, t, d, s in zip(pads, tap, dilations, strides)]
         hi = [min(i, math.ceil((o + p - t * d) / s)) for i, o, p, t, d, s in
               zip(in_spatial, out_spatial, pads, tap, dilations, strides)]
         if any(a >= b for a, b in zip(lo, hi)):
@@ -192,7 +215,8 @@ def _col2im(kb, y, col, n, oc0, ocg, kernel, attrs, in_spatial):
             row = (oc * _tap_count(kernel) + tap_index) * in_plane
             with kb.loops([b - a for a, b in zip(lo, hi)]) as rel:
                 i = [r + a for r, a in zip(rel, lo)]
-                o = tuple(ii * s - p + t * d for ii, s, p, t, d in zip(i, strides, pads, tap, dilations))
+                o = tuple(ii * s - p + t * d
+                          for ii, s, p, t, d in zip(i, strides, pads, tap, dilations))
                 src = row + sum((ii * st for ii, st in zip(i, in_strides)), as_expr(0))
                 dst = (n, oc0 + oc, *o)
                 kb.store(y, dst, y[dst] + col.flat(src))

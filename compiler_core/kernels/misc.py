@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.loops import INDEX, as_expr, bitcast, call, cast, select
+from ..ir.loops import INDEX, Expr, as_expr, bitcast, call, cast, select
 from .registry import lowering
 
 F64 = np.dtype(np.float64)
 
 
-def _ravel(idx, shape) -> object:
+def _ravel(idx, shape) -> Expr:
     """Row-major flat offset of a multi-index into `shape`."""
     flat = as_expr(0)
     for i, n in zip(idx, shape):
@@ -146,6 +146,7 @@ def lower_max_unpool(node, kb, ins, outs):
         kb.store_flat(y, i, as_expr(0, y.dtype))
     with kb.loop(x.size) as i:
         at = kb.local(INDEX, cast(indices.flat(i), INDEX), "at")
+        # a corrupt index is dropped rather than written outside the output
         with kb.if_((kb.get(at) >= 0) & (kb.get(at) < pooled_size)):
             if pooled == y.shape:
                 kb.store_flat(y, kb.get(at), x.flat(i))
@@ -164,7 +165,8 @@ def lower_col2im(node, kb, ins, outs):
     """Sum every column entry into the image pixel its block and tap cover."""
     x, y = ins[0], outs[0]
     block, blocks = node.attrs["block"], node.attrs["blocks"]
-    dilations, strides, pads = node.attrs["dilations"], node.attrs["strides"], node.attrs["pads_begin"]
+    dilations, strides = node.attrs["dilations"], node.attrs["strides"]
+    pads = node.attrs["pads_begin"]
     image = y.shape[2:]
     with kb.loop(y.size) as i:
         kb.store_flat(y, i, as_expr(0, y.dtype))

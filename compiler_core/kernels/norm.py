@@ -123,7 +123,8 @@ def lower_batch_norm(node, kb, ins, outs):
     inner = _flat(x.shape[2:])
     with kb.loops(x.shape[:2]) as (n, c):
         if per_channel:
-            a = kb.local(work, _param(scale, (c,), work) / call("sqrt", _param(var, (c,), work) + eps))
+            std = call("sqrt", _param(var, (c,), work) + eps)
+            a = kb.local(work, _param(scale, (c,), work) / std)
             b = kb.local(work, _param(bias, (c,), work) - _param(mean, (c,), work) * Get(a))
         with kb.loop(inner, name="s") as s:
             pos = (n * x.shape[1] + c) * inner + s

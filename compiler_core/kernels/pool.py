@@ -86,8 +86,8 @@ def lower_maxpool_indices(node, kb, ins, outs):
     N, C = x.shape[:2]
     in_spatial, out_spatial = x.shape[2:], y.shape[2:]
     # storage_order 1 numbers spatial positions column-major (first spatial dim fastest)
-    pos_strides = (grid_strides(in_spatial) if a["storage_order"] == 0
-                   else [int(np.prod(in_spatial[:i], dtype=np.int64)) for i in range(len(in_spatial))])
+    column_major = [int(np.prod(in_spatial[:i], dtype=np.int64)) for i in range(len(in_spatial))]
+    pos_strides = grid_strides(in_spatial) if a["storage_order"] == 0 else column_major
     plane = int(np.prod(in_spatial, dtype=np.int64))
     lowest = (-np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min)
     with kb.loops((N, C, *out_spatial)) as idx:

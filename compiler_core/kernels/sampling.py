@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
-
 from ..ir.loops import BOOL, INDEX, as_expr, call, cast, maximum, minimum, select
 from .registry import lowering
 
@@ -141,18 +139,17 @@ class _RoiBox:
     def __init__(self, kb, rois, r, attrs, out_hw, dtype):
         offset = 0.5 if attrs["half_pixel"] else 0.0
         scale = attrs["spatial_scale"]
-        corner = [kb.local(dtype, cast(rois[r, k], dtype) * scale - offset, "roi") for k in range(4)]
+        corner = [kb.local(dtype, cast(rois[r, k], dtype) * scale - offset, "roi")
+                  for k in range(4)]
         self.start = [kb.get(corner[1]), kb.get(corner[0])]  # rois hold (x1, y1, x2, y2)
         self.bin, self.samples = [], []
         for d, (lo, hi) in enumerate([(corner[1], corner[3]), (corner[0], corner[2])]):
             extent = kb.get(hi) - kb.get(lo)
             if not attrs["half_pixel"]:  # the legacy mode never shrinks a region below a pixel
                 extent = maximum(extent, 1.0)
-            extent = kb.local(dtype, extent, "extent")
-            self.bin.append(kb.get(kb.local(dtype, kb.get(extent) / float(out_hw[d]), "bin")))
-            ratio = attrs["sampling_ratio"]
-            # sampling_ratio 0: as many samples as the bin is pixels wide, rounded up
-            count = as_expr(ratio) if ratio > 0 else cast(call("ceil", kb.get(extent) / float(out_hw[d])), INDEX)
+            extent = kb.get(kb.local(dtype, extent, "extent"))
+            self.bin.append(kb.get(kb.local(dtype, extent / float(out_hw[d]), "bin")))
+            count = _samples_per_bin(attrs["sampling_ratio"], extent, out_hw[d])
             self.samples.append(kb.get(kb.local(INDEX, count, "samples")))
 
     def sample_at(self, d, bin_index, sample):
@@ -160,6 +157,13 @@ class _RoiBox:
         dtype = self.bin[d].dtype
         return (self.start[d] + cast(bin_index, dtype) * self.bin[d]
                 + (cast(sample, dtype) + 0.5) * self.bin[d] / cast(self.samples[d], dtype))
+
+
+def _samples_per_bin(ratio: int, extent, bins: int):
+    if ratio > 0:
+        return as_expr(ratio)
+    # sampling_ratio 0: as many samples as the bin is pixels wide, rounded up
+    return cast(call("ceil", extent / float(bins)), INDEX)
 
 
 def _bilinear_corners(kb, pos, size, dtype):

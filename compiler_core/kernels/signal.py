@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.loops import INDEX, cast
+from ..ir.loops import INDEX, as_expr, cast, select
 from .registry import lowering
 
 F64 = np.dtype(np.float64)
@@ -60,7 +60,7 @@ def _half_spectrum_to_real(kb, x, tw, y, at, k, size):
         xr, xi = _load_complex(x, at(j))
         term = xr * cos if xi is None else xr * cos - xi * sin
         single = j.eq(0) | j.eq(n // 2) if n % 2 == 0 else j.eq(0)
-        kb.set(total, kb.get(total) + term * cast(cast(single, INDEX) * -1 + 2, F64))
+        kb.set(total, kb.get(total) + term * select(single, as_expr(1.0, F64), 2.0))
     kb.store(y, (*at(k), 0), cast(kb.get(total) / float(n), y.dtype))
 
 
@@ -76,13 +76,16 @@ def _dft_along(kb, x, table, y, axis, n, out_len, offset, inverse, onesided):
         with kb.loop(out_len) as k:
             if inverse and onesided:
                 _half_spectrum_to_real(kb, x, tw, y, at, k, size)
-                continue
-            re, im = kb.local(F64, 0.0, "re"), kb.local(F64, 0.0, "im")
-            # past the input's end the signal is zero-padded; past n it is cut off
-            with kb.loop(min(size, n)) as j:
-                _rotate_into(kb, re, im, _load_complex(x, at(j)), *tw.at(k, j),
-                             sign=1 if inverse else -1)
-            _store_complex(kb, y, at(k), kb.get(re), kb.get(im), 1.0 / n if inverse else 1.0)
+            else:
+                _full_spectrum_sample(kb, x, tw, y, at, k, size, inverse)
+
+
+def _full_spectrum_sample(kb, x, tw, y, at, k, size, inverse):
+    re, im = kb.local(F64, 0.0, "re"), kb.local(F64, 0.0, "im")
+    # past the input's end the signal is zero-padded; past n it is cut off
+    with kb.loop(min(size, tw.n)) as j:
+        _rotate_into(kb, re, im, _load_complex(x, at(j)), *tw.at(k, j), sign=1 if inverse else -1)
+    _store_complex(kb, y, at(k), kb.get(re), kb.get(im), 1.0 / tw.n if inverse else 1.0)
 
 
 @lowering("DFT")

@@ -55,8 +55,10 @@ class _Builder:
         s = self.node("GlobalAveragePool", [x])
         w1 = self.rng.normal(0, 0.3, (hidden, c, 1, 1)).astype(np.float32)
         w2 = self.rng.normal(0, 0.3, (c, hidden, 1, 1)).astype(np.float32)
-        s = self.node("Relu", [self.node("Conv", [s, self.const(w1), self.const(np.zeros(hidden, np.float32))])])
-        gate = self.node("HardSigmoid", [self.node("Conv", [s, self.const(w2)])], alpha=0.2, beta=0.5)
+        hidden_bias = self.const(np.zeros(hidden, np.float32))
+        s = self.node("Relu", [self.node("Conv", [s, self.const(w1), hidden_bias])])
+        gate = self.node("HardSigmoid", [self.node("Conv", [s, self.const(w2)])],
+                         alpha=0.2, beta=0.5)
         return self.node("Mul", [x, gate])
 
 

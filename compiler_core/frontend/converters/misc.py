@@ -103,7 +103,8 @@ def max_unpool(cx, inputs):
     out_shape = tuple(_const_ints(given, "MaxUnpool's output_shape") or pooled_shape)
     if len(out_shape) != len(x.shape) or any(o < p for o, p in zip(out_shape, pooled_shape)):
         raise CompileError(f"MaxUnpool's output_shape {list(out_shape)} must have rank "
-                           f"{len(x.shape)} and be at least the unpooled shape {list(pooled_shape)}")
+                           f"{len(x.shape)} and be at least the unpooled shape "
+                           f"{list(pooled_shape)}")
     if indices.shape != x.shape:
         raise CompileError(f"MaxUnpool's indices {list(indices.shape)} must have the input's "
                            f"shape {list(x.shape)}")

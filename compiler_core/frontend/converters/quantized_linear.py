@@ -55,13 +55,14 @@ def _centered(cx, q, zp, zp_shape=None):
     return _binary(cx, "Sub", q32, zp32)
 
 
-def _row_zero_point_shape(zp, rows: int):
-    """A per-row zero point of A (one per row, M values) broadcasts as an (M, 1) column."""
-    if zp is None or zp.size == 1:
+def _per_row_shape(v, a, what: str):
+    """A per-row parameter of A (M values) broadcasts as an (M, 1) column."""
+    if v is None or v.size == 1 or len(a.shape) < 2:
         return None
-    if zp.size != rows:
-        raise CompileError(f"a_zero_point must be a scalar or have one value per row of A "
-                           f"({rows}), got shape {list(zp.shape)}")
+    rows = a.shape[-2]
+    if v.size != rows:
+        raise CompileError(f"{what} must be a scalar or have one value per row of A "
+                           f"({rows}), got shape {list(v.shape)}")
     return (rows, 1)
 
 
@@ -82,8 +83,7 @@ def _optional(inputs, k):
 def _integer_matmul(cx, a, a_zp, b, b_zp):
     for v, what in ((a, "A"), (b, "B"), (a_zp, "a_zero_point"), (b_zp, "b_zero_point")):
         _check_quantized(v, what)
-    rows = a.shape[-2] if len(a.shape) > 1 else 1
-    a_zp_shape = _row_zero_point_shape(a_zp, rows) if len(a.shape) > 1 else None
+    a_zp_shape = _per_row_shape(a_zp, a, "a_zero_point")
     return matmul(cx, [_centered(cx, a, a_zp, a_zp_shape), _centered(cx, b, b_zp)])[0]
 
 
@@ -104,8 +104,10 @@ def _requantize(cx, acc, multiplier, y_zp, to):
     return cx.emit1("QuantizeLinear", [rounded, one, y_zp], rounded.shape, to, {"to": to.name})
 
 
-def _multiplier(cx, in_scale, w_scale, y_scale, w_scale_shape=None):
+def _multiplier(cx, in_scale, w_scale, y_scale, in_scale_shape=None, w_scale_shape=None):
     """in_scale * w_scale / y_scale in the scales' own type, as ONNX's reference computes it."""
+    if in_scale_shape:
+        in_scale = _reshaped(cx, in_scale, in_scale_shape)
     if w_scale_shape:
         w_scale = _reshaped(cx, w_scale, w_scale_shape)
     if in_scale.is_const and w_scale.is_const and y_scale.is_const:
@@ -132,7 +134,9 @@ def qlinear_matmul(cx, inputs):
     _check_quantized(y_zp, "y_zero_point")
     acc = _integer_matmul(cx, a, a_zp, b, b_zp)
     to = a.dtype if y_zp is None else y_zp.dtype
-    return [_requantize(cx, acc, _multiplier(cx, a_scale, b_scale, y_scale), y_zp, to)]
+    a_scale_shape = _per_row_shape(a_scale, a, "a_scale")
+    multiplier = _multiplier(cx, a_scale, b_scale, y_scale, in_scale_shape=a_scale_shape)
+    return [_requantize(cx, acc, multiplier, y_zp, to)]
 
 
 @converter("QLinearConv", 10)
@@ -145,5 +149,5 @@ def qlinear_conv(cx, inputs):
     acc = _integer_conv(cx, x, x_zp, w, w_zp, bias)
     scale_shape = _channel_shape(w_scale, w.shape[0], len(w.shape) - 2)
     to = x.dtype if y_zp is None else y_zp.dtype
-    multiplier = _multiplier(cx, x_scale, w_scale, y_scale, scale_shape)
+    multiplier = _multiplier(cx, x_scale, w_scale, y_scale, w_scale_shape=scale_shape)
     return [_requantize(cx, acc, multiplier, y_zp, to)]

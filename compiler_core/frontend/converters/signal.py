@@ -68,7 +68,7 @@ def _dft(cx, x, length, axis, runtime_axis=None):
         raise CompileError(f"DFT of length 0 along the axis of input {list(x.shape)}")
     table, offsets = twiddle_table(cx, [n for n, _, _ in plans.values()])
     attrs = {"plans": [(a, n, m, offsets[n]) for a, (n, m, _) in plans.items()],
-             "inverse": inverse, "onesided": onesided, "rank": rank}
+             "inverse": inverse, "onesided": onesided}
     inputs = [x, table] + ([runtime_axis] if runtime_axis is not None else [])
     return [cx.emit1("DFT", inputs, shapes.pop(), x.dtype, attrs)]
 
@@ -115,7 +115,8 @@ def stft(cx, inputs):
     length_input = inputs[3] if len(inputs) > 3 else None
     _check_signal(signal, "STFT's signal")
     if len(signal.shape) != 3:
-        raise CompileError(f"STFT's signal must be (batch, length, 1 or 2), got {list(signal.shape)}")
+        raise CompileError(f"STFT's signal must be (batch, length, 1 or 2), got "
+                           f"{list(signal.shape)}")
     step = _scalar_int(step, "STFT's frame_step")
     length = _scalar_int(length_input, "STFT's frame_length")
     if window is not None:
