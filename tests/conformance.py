@@ -41,6 +41,8 @@ def run_case(name: str) -> tuple[str, str]:
     case = all_cases()[name]
     try:
         for inputs, expected in case.data_sets:
+            if any(isinstance(v, (list, dict)) or v is None for v in inputs):
+                return "error", "non-tensor input (sequence/optional/string)"
             feeds = {i.name: as_array(v) for i, v in zip(case.model.graph.input, inputs)}
             if any(v.dtype == object for v in feeds.values()):
                 return "error", "non-tensor input (sequence/optional/string)"

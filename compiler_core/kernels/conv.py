@@ -84,7 +84,7 @@ def _copy_phase(kb, x, xq, phase, strides, pads, lo, hi):
 
 @lowering("Conv")
 def lower_conv(node, kb, ins, outs):
-    xq, w, bias, koff = ins
+    xq, w, bias, koff, residual = (ins + [None])[:5]
     y, wide = outs[0], (outs[1] if len(outs) > 1 else None)
     group, act = node.attrs["group"], node.attrs.get("activation")
     N, C = xq.shape[:2]
@@ -96,12 +96,19 @@ def lower_conv(node, kb, ins, outs):
     icg, ocg, kred = C // group, OC // group, koff.shape[0]
     chan = int(np.prod(xq.shape[2:], dtype=np.int64))
 
-    def epilogue(oc):
-        """value -> act(value + bias[oc]), with the bias loaded once per output channel."""
+    plane = int(np.prod(out_spatial, dtype=np.int64))
+
+    def epilogue(n, oc):
+        """(value, offset in the output plane) -> act(value + bias[oc] + residual), with the
+        bias loaded once per output channel (passes/fuse_activation.py fuses the rest)."""
         b = kb.local(y.dtype, bias[oc], "bias") if bias is not None else None
 
-        def finish(value, _column=None):
-            return apply_activation(act, value if b is None else value + Get(b))
+        def finish(value, offset):
+            if b is not None:
+                value = value + Get(b)
+            if residual is not None:
+                value = value + residual.flat((n * OC + oc) * plane + offset)
+            return apply_activation(act, value)
         return finish
 
     with kb.loop(N, name="n") as n:
@@ -111,7 +118,7 @@ def lower_conv(node, kb, ins, outs):
 
             if wide is None:
                 out = Output(y, lambda m, p0: (n * OC + row0 + m) * P + p0,
-                             lambda m: epilogue(row0 + m))
+                             lambda m: epilogue(n, row0 + m))
             else:
                 out = Output(wide, lambda m, p0: (row0 + m) * P + p0)
 
@@ -133,15 +140,16 @@ def _weights(w, g, ocg, kred, attrs) -> Operand:
 
 
 def _crop(kb, y, wide, n, q_shape, epilogue):
-    """Copy the real outputs of image n out of the wide buffer, adding bias/activation."""
+    """Copy the real outputs of image n out of the wide buffer through the epilogue."""
     OC, out_spatial = y.shape[1], y.shape[2:]
-    qstr = grid_strides(q_shape)
+    qstr, ystr = grid_strides(q_shape), grid_strides(out_spatial)
     P = wide.shape[1]
     with kb.loop(OC, name="oc") as oc:
-        finish = epilogue(oc)
+        finish = epilogue(n, oc)
         with kb.loops(out_spatial) as o:
             src = sum((oi * s for oi, s in zip(o, qstr)), as_expr(0))
-            kb.store(y, (n, oc, *o), finish(wide.flat(oc * P + src)))
+            offset = sum((oi * s for oi, s in zip(o, ystr)), as_expr(0))
+            kb.store(y, (n, oc, *o), finish(wide.flat(oc * P + src), offset))
 
 
 def conv_tap_offsets(in_channels, kernel, dilations, strides, q_shape) -> np.ndarray:

@@ -4,7 +4,9 @@
 """
 from __future__ import annotations
 
+import functools
 import math
+import operator
 
 import numpy as np
 
@@ -33,33 +35,10 @@ for _op, _fn in {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div"}.items()
     SCALAR[_op] = (lambda f: lambda attrs, a, b: L.binop(f, a, b))(_fn)
 
 
-@scalar("Sum")
-def _sum(attrs, *xs):
-    acc = xs[0]
-    for x in xs[1:]:
-        acc = acc + x
-    return acc
-
-
-@scalar("Mean")
-def _mean(attrs, *xs):
-    return _sum(attrs, *xs) / _c(len(xs), xs[0])
-
-
-@scalar("Max")
-def _max(attrs, *xs):
-    acc = xs[0]
-    for x in xs[1:]:
-        acc = maximum(acc, x)
-    return acc
-
-
-@scalar("Min")
-def _min(attrs, *xs):
-    acc = xs[0]
-    for x in xs[1:]:
-        acc = minimum(acc, x)
-    return acc
+SCALAR["Sum"] = lambda attrs, *xs: functools.reduce(operator.add, xs)
+SCALAR["Mean"] = lambda attrs, *xs: SCALAR["Sum"](attrs, *xs) / _c(len(xs), xs[0])
+SCALAR["Max"] = lambda attrs, *xs: functools.reduce(maximum, xs)
+SCALAR["Min"] = lambda attrs, *xs: functools.reduce(minimum, xs)
 
 
 @scalar("Pow")
@@ -78,7 +57,15 @@ def _mod(attrs, a, b):
 
 @scalar("BitShift")
 def _bitshift(attrs, a, b):
-    return L.binop("shl" if attrs["direction"] == "LEFT" else "shr", a, b)
+    # Shifting by the width or more, or by a negative amount, is undefined in LLVM. ONNX
+    # shifts every bit out: 0, except that an arithmetic right shift leaves the sign.
+    bits = a.dtype.itemsize * 8
+    in_range = L.logical_and(b >= _c(0, b), b < _c(bits, b))
+    if attrs["direction"] == "LEFT":
+        return select(in_range, L.binop("shl", a, select(in_range, b, _c(0, b))), _c(0, a))
+    if a.dtype.kind == "u":
+        return select(in_range, L.binop("shr", a, select(in_range, b, _c(0, b))), _c(0, a))
+    return L.binop("shr", a, select(in_range, b, _c(bits - 1, b)))
 
 
 SCALAR["BitwiseAnd"] = SCALAR["And"] = lambda attrs, a, b: a & b

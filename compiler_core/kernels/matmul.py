@@ -76,8 +76,9 @@ def emit_gemm(kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype=n
 
 
 class _TiledGemm:
-    """Loop order: column blocks (B's block stays in L2) > row blocks of MR rows (A's rows
-    stay in L1) > k chunks > column tiles of NR > the k loop of one register tile."""
+    """Loop order (GotoBLAS-like): k chunks > column blocks (the block's KC x NC slice of B
+    stays in L2) > row blocks of MR rows (their MR x KC slice of A stays in L1) > column
+    tiles of NR > the k loop of one register tile."""
 
     def __init__(self, kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype):
         self.kb, self.shape, self.a, self.b, self.out, self.dtype = kb, shape, a, b, out, dtype
@@ -85,41 +86,39 @@ class _TiledGemm:
         self.nr = tile_columns(shape.M, shape.N)
         self.chunks = -(-shape.K // K_CHUNK)
         self.chunk_size = -(-shape.K // self.chunks)
-        # columns per block: the block's K x NC slice of B fits in about a third of L2
-        tiles = max(1, L2_BUDGET // (shape.K * dtype.itemsize * self.nr))
+        tiles = max(1, L2_BUDGET // (self.chunk_size * dtype.itemsize * self.nr))
         self.nc = min(shape.N, tiles * self.nr)
 
     def emit(self):
-        full, tail = divmod(self.shape.N, self.nc)
-        if full == 1 and not tail:
-            self._row_blocks(as_expr(0), self.nc)
-            return
-        if full:
-            with self.kb.loop(full, name="cb") as cb:
-                self._row_blocks(cb * self.nc, self.nc)
-        if tail:
-            self._row_blocks(as_expr(full * self.nc), tail)
-
-    def _row_blocks(self, n_lo, width):
-        full, tail = divmod(self.shape.M, self.mr)
-        if full:
-            with self.kb.loop(full, name="mb") as mb:
-                self._row_block(mb * self.mr, self.mr, n_lo, width)
-        if tail:
-            self._row_block(as_expr(full * self.mr), tail, n_lo, width)
-
-    def _row_block(self, m0, mr, n_lo, width):
-        """Rows m0 .. m0 + mr of the column block, in one pass over k or in chunks of k."""
         K = self.shape.K
         if self.chunks == 1:
-            self._column_tiles(m0, mr, n_lo, width, (as_expr(0), as_expr(K)), None)
+            self._column_blocks((as_expr(0), as_expr(K)), None)
             return
         size = self.chunk_size
         with self.kb.loop(self.chunks, name="kc") as c:
-            k_range = (c * size, minimum(c * size + size, as_expr(K)))
-            self._column_tiles(m0, mr, n_lo, width, k_range, c)
+            self._column_blocks((c * size, minimum(c * size + size, as_expr(K))), c)
         if self.out.row_epilogue is not None:
-            self._finish_rows(m0, mr, n_lo, width)
+            with self.kb.loop(self.shape.M, name="m") as m:
+                self._finish_row(m)
+
+    def _column_blocks(self, k_range, chunk):
+        full, tail = divmod(self.shape.N, self.nc)
+        if full == 1 and not tail:
+            self._row_blocks(as_expr(0), self.nc, k_range, chunk)
+            return
+        if full:
+            with self.kb.loop(full, name="cb") as cb:
+                self._row_blocks(cb * self.nc, self.nc, k_range, chunk)
+        if tail:
+            self._row_blocks(as_expr(full * self.nc), tail, k_range, chunk)
+
+    def _row_blocks(self, n_lo, width, k_range, chunk):
+        full, tail = divmod(self.shape.M, self.mr)
+        if full:
+            with self.kb.loop(full, name="mb") as mb:
+                self._column_tiles(mb * self.mr, self.mr, n_lo, width, k_range, chunk)
+        if tail:
+            self._column_tiles(as_expr(full * self.mr), tail, n_lo, width, k_range, chunk)
 
     def _column_tiles(self, m0, mr, n_lo, width, k_range, chunk):
         full, tail = divmod(width, self.nr)
@@ -159,14 +158,13 @@ class _TiledGemm:
         return [kb.local(self.dtype, select(first, zero, self.out.buf.flat(Get(at) + j)))
                 for j in range(nr)]
 
-    def _finish_rows(self, m0, mr, n_lo, width):
-        """The epilogue of chunked rows: one vectorizable pass over each finished row."""
+    def _finish_row(self, m):
+        """The epilogue of a chunked GEMM: one vectorizable pass over each finished row."""
         kb, out = self.kb, self.out
-        for i in range(mr):
-            at = kb.local(INDEX, out.start(m0 + i, n_lo), "c_at")
-            finish = out.finisher(m0 + i)
-            with kb.loop(width, name="n") as n:
-                kb.store_flat(out.buf, Get(at) + n, finish(out.buf.flat(Get(at) + n), n_lo + n))
+        at = kb.local(INDEX, out.start(m, as_expr(0)), "c_at")
+        finish = out.finisher(m)
+        with kb.loop(self.shape.N, name="n") as n:
+            kb.store_flat(out.buf, Get(at) + n, finish(out.buf.flat(Get(at) + n), n))
 
 
 def _emit_dot_products(kb, shape, a, b, out, dtype):

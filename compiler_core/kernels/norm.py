@@ -138,6 +138,38 @@ def lower_batch_norm(node, kb, ins, outs):
             kb.store_flat(y, pos, cast(value, y.dtype))
 
 
+@lowering("BatchNormalizationTraining")
+def lower_batch_norm_training(node, kb, ins, outs):
+    """Per channel: batch mean and (population) variance over N and the spatial dims, y from
+    them, and running stats = momentum * running + (1 - momentum) * batch."""
+    x, scale, bias, mean, var = ins
+    y, running = outs[0], outs[1:]
+    work = _work_dtype(x.dtype)
+    N, C = x.shape[:2]
+    inner = _flat(x.shape[2:])
+    count = as_expr(float(N * inner), work)
+    eps, momentum = as_expr(node.attrs["epsilon"], work), node.attrs["momentum"]
+    with kb.loop(C, name="c") as c:
+        total = kb.local(work, 0.0, "sum")
+        with kb.loops((N, inner)) as (n, s):
+            kb.set(total, Get(total) + cast(x.flat((n * C + c) * inner + s), work))
+        batch_mean = kb.local(work, Get(total) / count, "mean")
+        sq = kb.local(work, 0.0, "sq")
+        with kb.loops((N, inner)) as (n, s):
+            d = cast(x.flat((n * C + c) * inner + s), work) - Get(batch_mean)
+            kb.set(sq, Get(sq) + d * d)
+        batch_var = kb.local(work, Get(sq) / count, "var")
+        a = kb.local(work, _param(scale, (c,), work) / call("sqrt", Get(batch_var) + eps))
+        b = kb.local(work, _param(bias, (c,), work) - Get(batch_mean) * Get(a))
+        with kb.loops((N, inner)) as (n, s):
+            pos = (n * C + c) * inner + s
+            kb.store_flat(y, pos, cast(cast(x.flat(pos), work) * Get(a) + Get(b), y.dtype))
+        for out, old, new in zip(running, (mean, var), (batch_mean, batch_var)):
+            blended = (_param(old, (c,), work) * as_expr(momentum, work)
+                       + Get(new) * as_expr(1.0 - momentum, work))
+            kb.store(out, (c,), cast(blended, out.dtype))
+
+
 @lowering("LRN")
 def lower_lrn(node, kb, ins, outs):
     """y = x / (bias + alpha / size * sum of x^2 over a window of channels) ^ beta.

@@ -2,6 +2,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
+import compiler_core as cc
+
 from .helpers import assert_matches, make_model, rand
 
 F = np.float32
@@ -84,3 +86,26 @@ def test_cast(to):
                                      to=helper.np_dtype_to_tensor_dtype(np.dtype(to)))],
                    [("x", F, x.shape)], [("y", to, x.shape)])
     assert_matches(m, {"x": x})
+
+
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8])
+def test_bitshift_out_of_range_amounts(direction, dtype):
+    x = np.array([-8, 4, -1, 7], dtype) if dtype == np.int32 else np.array([8, 4, 255, 7], dtype)
+    s = np.array([1, 40, -3 if dtype == np.int32 else 200, 8 * np.dtype(dtype).itemsize], dtype)
+    m = make_model([helper.make_node("BitShift", ["x", "s"], ["y"], direction=direction)],
+                   [("x", dtype, x.shape), ("s", dtype, s.shape)], [("y", dtype, x.shape)], opset=11)
+    got = cc.compile(m).run({"x": x, "s": s})["y"]
+    wide = x.astype(np.int64)
+    legal = (s.astype(np.int64) >= 0) & (s.astype(np.int64) < 8 * np.dtype(dtype).itemsize)
+    shifted = wide << np.where(legal, s, 0) if direction == "LEFT" else wide >> np.where(legal, s, 0)
+    fill = np.where((wide < 0) & (direction == "RIGHT"), -1, 0)
+    np.testing.assert_array_equal(got, np.where(legal, shifted, fill).astype(dtype))
+
+
+def test_dropout_in_training_mode_is_refused():
+    m = make_model([helper.make_node("Dropout", ["x", "r", "t"], ["y"])],
+                   [("x", F, (4,)), ("t", np.bool_, ())], [("y", F, (4,))],
+                   [("r", np.array(0.5, F))], opset=13)
+    with pytest.raises(cc.CompileError, match="training mode"):
+        cc.compile(m)

@@ -71,3 +71,27 @@ def test_gemm_bn_fold(trans_b):
     graph = fold_batchnorm(import_model(model))
     assert [n.op for n in graph.nodes] == ["Gemm"]
     assert_matches(model, {"x": rand(3, 5, seed=3)})
+
+
+def residual_model(k=3, channels=3):
+    """Conv -> Add(shortcut computed after the conv) -> Relu, as in ResNet blocks."""
+    nodes = [helper.make_node("Conv", ["x", "w", "cb"], ["c"], pads=[k // 2] * 4),
+             helper.make_node("Neg", ["x"], ["shortcut"]),
+             helper.make_node("Add", ["shortcut", "c"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    shape = (1, channels, 6, 5)
+    consts = [("w", rand(channels, channels, k, k, seed=1)), ("cb", rand(channels, seed=2))]
+    return make_model(nodes, [("x", F, shape)], [("y", F, shape)], consts)
+
+
+def test_residual_add_and_relu_fuse_into_the_conv():
+    graph = fuse_activation(import_model(residual_model()))
+    assert [n.op for n in graph.nodes] == ["ConvPad", "Neg", "Conv"]
+    conv = graph.nodes[-1]
+    assert conv.inputs[4] is graph.nodes[1].outputs[0] and conv.attrs["activation"] == "Relu"
+
+
+@pytest.mark.parametrize("k,channels", [(3, 3), (1, 8), (1, 400)])
+def test_fused_residual_matches_onnxruntime(k, channels):
+    """Wide output (3x3), direct store (1x1) and k-chunked (400 channels) epilogues."""
+    assert_matches(residual_model(k, channels), {"x": rand(1, channels, 6, 5, seed=3)})

@@ -179,12 +179,22 @@ def test_batch_norm(opset):
     _check("BatchNormalization", [("x", rand(2, c, 5, 4))], {"epsilon": 1e-3}, consts, opset)
 
 
-def test_batch_norm_training_is_refused():
+def test_batch_norm_training_mode():
     c = 3
     consts = [(n, rand(c, seed=k, low=0.5, high=1)) for k, n in enumerate("sbmv")]
     node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
-                            training_mode=1)
-    m = make_model([node], [("x", F, (2, c, 4))], [("y", F, (2, c, 4))], consts, opset=15)
+                            training_mode=1, momentum=0.8)
+    m = make_model([node], [("x", F, (2, c, 4))],
+                   [("y", F, (2, c, 4)), ("rm", F, (c,)), ("rv", F, (c,))], consts, opset=15)
+    assert_matches(m, {"x": rand(2, c, 4, seed=9)}, reference="onnx")
+
+
+def test_batch_norm_legacy_training_outputs_are_refused():
+    c = 3
+    consts = [(n, rand(c, seed=k, low=0.5, high=1)) for k, n in enumerate("sbmv")]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "mean"])
+    m = make_model([node], [("x", F, (2, c, 4))], [("y", F, (2, c, 4)), ("mean", F, (c,))],
+                   consts, opset=9)
     with pytest.raises(cc.CompileError, match="training"):
         cc.compile(m)
 

@@ -148,6 +148,11 @@ def clip_v11(cx, inputs):
 @converter("Dropout", 1)
 def dropout(cx, inputs):
     x = inputs[0]
+    training = inputs[2] if len(inputs) > 2 else None
+    if training is not None and (
+            not training.is_const or bool(training.const.ravel()[0])):
+        raise CompileError("Dropout in training mode drops random elements; Tensorforge compiles "
+                           "inference graphs: export the model in eval mode (training_mode=False)")
     outs = [x]
     if len(cx.node.output) > 1 and cx.node.output[1]:
         outs.append(cx.const(np.ones(x.shape, np.bool_), "dropout_mask"))

@@ -315,22 +315,38 @@ def gemm(cx, inputs):
 @converter("BatchNormalization", 1)
 def batch_norm(cx, inputs):
     x, scale, bias, mean, var = inputs[:5]
-    training = int(cx.attr("training_mode", 0)) or (cx.opset < 7 and not cx.attr("is_test", 0)
-                                                    and len(cx.node.output) > 1)
-    extra = [o for o in cx.node.output[1:] if o]
-    if training or extra:
-        raise CompileError("BatchNormalization in training mode (training_mode=1 or running "
-                           "mean/variance outputs) is not supported; export the model for "
+    _check_batch_norm_params(x, (scale, bias, mean, var))
+    if int(cx.attr("training_mode", 0)):
+        return _batch_norm_training(cx, inputs)
+    if any(cx.node.output[1:]):
+        raise CompileError("BatchNormalization with the training outputs of opset < 14 (mean, "
+                           "var, saved_mean, saved_var) is not supported; export the model for "
                            "inference (model.eval() in PyTorch)")
+    attrs = {"epsilon": float(cx.attr("epsilon", 1e-5))}
+    return [cx.emit1("BatchNormalization", [x, scale, bias, mean, var], x.shape, x.dtype, attrs)]
+
+
+def _check_batch_norm_params(x, params):
     if len(x.shape) < 2:
         raise CompileError(f"BatchNormalization needs an input of rank >= 2, got {list(x.shape)}")
-    per_activation = tuple(x.shape[1:])
-    for v, what in zip((scale, bias, mean, var), ("scale", "B", "mean", "var")):
+    per_activation = tuple(x.shape[1:])  # opset < 9 with spatial=0
+    for v, what in zip(params, ("scale", "B", "mean", "var")):
         if v.shape not in ((x.shape[1],), per_activation):
             raise CompileError(f"BatchNormalization {what} has shape {list(v.shape)}; expected "
                                f"[{x.shape[1]}] (one value per channel)")
-    attrs = {"epsilon": float(cx.attr("epsilon", 1e-5))}
-    return [cx.emit1("BatchNormalization", [x, scale, bias, mean, var], x.shape, x.dtype, attrs)]
+
+
+def _batch_norm_training(cx, inputs):
+    """opset 14+ training_mode=1: normalise with the batch's statistics and output the
+    updated running mean and variance."""
+    x, scale, bias, mean, var = inputs[:5]
+    if scale.shape != (x.shape[1],):
+        raise CompileError("BatchNormalization training mode needs per-channel parameters")
+    stats = (mean.shape, mean.dtype)
+    outs = [(x.shape, x.dtype), stats, stats][:len(cx.node.output)]
+    attrs = {"epsilon": float(cx.attr("epsilon", 1e-5)),
+             "momentum": float(cx.attr("momentum", 0.9))}
+    return cx.emit("BatchNormalizationTraining", [x, scale, bias, mean, var], outs, attrs)
 
 
 def _check_channel_params(x, params, what, count=None):
