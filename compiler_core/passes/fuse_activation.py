@@ -33,7 +33,7 @@ def _fuse_residual(graph: Graph) -> Graph:
             continue
         add = readers[0]
         other = _other_operand(add, y)
-        if other is None:
+        if other is None or add in replaced:  # Add(conv1, conv2): fuse one of them
             continue
         inputs = list(n.inputs) + [None] * (4 - len(n.inputs)) + [other]
         replaced[add] = Node(n.op, inputs, [add.outputs[0], *n.outputs[1:]], dict(n.attrs),

@@ -1,4 +1,5 @@
-"""passes/fold_batchnorm.py and passes/fuse_activation.py: graph rewrites and end results."""
+"""The convolution passes: fold_batchnorm, fuse_activation (residual Add, Relu) and
+pack_weights; graph rewrites and end results."""
 import numpy as np
 import pytest
 from onnx import helper
@@ -6,6 +7,7 @@ from onnx import helper
 from compiler_core.frontend.onnx import import_model
 from compiler_core.passes.fold_batchnorm import fold_batchnorm
 from compiler_core.passes.fuse_activation import fuse_activation
+from compiler_core.passes.pack_weights import packed_conv_weights
 
 from .helpers import assert_matches, make_model, rand
 
@@ -91,7 +93,31 @@ def test_residual_add_and_relu_fuse_into_the_conv():
     assert conv.inputs[4] is graph.nodes[1].outputs[0] and conv.attrs["activation"] == "Relu"
 
 
+def test_add_of_two_convs_fuses_one_of_them():
+    """ResNet's downsampling blocks: Add(main branch conv, shortcut conv)."""
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+             helper.make_node("Conv", ["x", "w2"], ["b"]),
+             helper.make_node("Sum", ["b", "a"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    consts = [("w1", rand(5, 3, 1, 1, seed=1)), ("w2", rand(5, 3, 1, 1, seed=2))]
+    model = make_model(nodes, [("x", F, (1, 3, 4, 4))], [("y", F, (1, 5, 4, 4))], consts)
+    graph = fuse_activation(import_model(model))
+    assert [n.op for n in graph.nodes] == ["Conv", "Conv"]
+    assert_matches(model, {"x": rand(1, 3, 4, 4, seed=3)})
+
+
 @pytest.mark.parametrize("k,channels", [(3, 3), (1, 8), (1, 400)])
 def test_fused_residual_matches_onnxruntime(k, channels):
     """Wide output (3x3), direct store (1x1) and k-chunked (400 channels) epilogues."""
     assert_matches(residual_model(k, channels), {"x": rand(1, channels, 6, 5, seed=3)})
+
+
+def test_packed_weights_layout():
+    """packed[g, m // MR, k, m % MR] = W[g * OCg + m, k], rows padded with zeros to MR."""
+    w = rand(2 * 9, 4, 3, 3, seed=1)  # 2 groups of 9 output channels: MR = 6, 3 pad rows
+    packed, mr = packed_conv_weights(w, group=2)
+    assert mr == 6 and packed.shape == (2, 2, 36, 6)
+    flat = w.reshape(2, 9, 36)
+    for g, m in [(0, 0), (0, 7), (1, 5), (1, 8)]:
+        np.testing.assert_array_equal(packed[g, m // 6, :, m % 6], flat[g, m])
+    assert not packed[:, 1, :, 3:].any()

@@ -45,6 +45,9 @@ CONV_CASES = [
     ("1x1", (1, 32, 7, 7), (40, 32, 1, 1), {}),
     ("1d", (2, 3, 20), (4, 3, 5), {"strides": [2], "pads": [2, 1], "dilations": [2]}),
     ("3d", (1, 2, 6, 5, 7), (3, 2, 3, 2, 3), {"pads": [1, 0, 1, 1, 1, 0], "strides": [1, 2, 2]}),
+    # several column blocks, column and row tails, wide output rounded up to whole tiles
+    ("blocked", (1, 20, 40, 37), (13, 20, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ("depthwise_wide", (2, 4, 30, 33), (8, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
 ]
 
 
