@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from ..ir.loops import Get, as_expr
+from ..ir.loops import Get, as_expr, logical_and, maximum, minimum, select
 from .matmul import GemmShape, Operand, Output, apply_activation, emit_gemm
 from .registry import lowering
 
@@ -35,17 +35,40 @@ def wide_size(out_spatial, q_spatial) -> int:
     return sum((o - 1) * s for o, s in zip(out_spatial, grid_strides(q_spatial))) + 1
 
 
+# strides whose phases (prod(strides)) exceed this get one bounds-checked nest for all phases
+MAX_SPECIALISED_PHASES = 16
+
+
 @lowering("ConvPad")
 def lower_conv_pad(node, kb, ins, outs):
     x, xq = ins[0], outs[0]
     strides, pads = node.attrs["strides"], node.attrs["pads_begin"]
     q_shape = xq.shape[-len(strides):]
     fill = as_expr(node.attrs.get("value", 0), xq.dtype)  # -inf for max pooling
+    if math.prod(strides) > MAX_SPECIALISED_PHASES:
+        _pad_all_phases(kb, x, xq, strides, pads, fill)
+        return
     for phase in itertools.product(*[range(s) for s in strides]):
         lo, hi = _inside(x.shape[2:], phase, strides, pads, q_shape)
         _fill_outside(kb, xq, phase, lo, hi, q_shape, fill)
         if all(a < b for a, b in zip(lo, hi)):
             _copy_phase(kb, x, xq, phase, strides, pads, lo, hi)
+
+
+def _pad_all_phases(kb, x, xq, strides, pads, fill):
+    """One loop nest for every phase, bounds checked per element: for large strides (an STFT
+    written as a conv with stride 128), where one specialised nest per phase would make
+    hundreds of loops for LLVM to compile."""
+    rank = len(strides)
+    with kb.loops(xq.shape) as idx:
+        n, c, phase, q = idx[0], idx[1], idx[2:2 + rank], idx[2 + rank:]
+        src = [qi * s + ph - p for qi, s, ph, p in zip(q, strides, phase, pads)]
+        inside = None
+        for si, extent in zip(src, x.shape[2:]):
+            ok = logical_and(si >= 0, si < extent)
+            inside = ok if inside is None else logical_and(inside, ok)
+        clamped = tuple(minimum(maximum(si, 0), extent - 1) for si, extent in zip(src, x.shape[2:]))
+        kb.store(xq, idx, select(inside, x[(n, c, *clamped)], fill))
 
 
 def _inside(in_spatial, phase, strides, pads, q_shape):

@@ -238,3 +238,12 @@ def test_mobile_cnn_model():
     convolutions, BatchNormalization, HardSwish/HardSigmoid, Resize and ConvTranspose."""
     model = onnx.load(Path(__file__).parent.parent / "models" / "mobile_cnn.onnx")
     assert_matches(model, {"image": rand(1, 3, 32, 32, seed=7)})
+
+
+def test_conv_with_large_stride_like_an_stft():
+    """Stride 32 has more phases than are specialised: one bounds-checked padding nest."""
+    x, w = rand(2, 1, 300, seed=1), rand(12, 1, 64, seed=2)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], strides=[32], pads=[16, 16])
+    out = (2, 12, (300 + 32 - 64) // 32 + 1)
+    m = make_model([node], [("x", np.float32, x.shape)], [("y", np.float32, out)], [("w", w)])
+    assert_matches(m, {"x": x})
