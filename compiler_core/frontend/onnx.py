@@ -102,6 +102,10 @@ class Importer:
 
     # -- driving
     def run(self, graph: onnx.GraphProto, input_shapes: dict) -> Graph:
+        for o in graph.output:
+            if o.type.WhichOneof("value") not in (None, "tensor_type"):
+                raise CompileError(f"output {o.name!r} is a {o.type.WhichOneof('value')[:-5]}; "
+                                   "only tensor outputs are supported")
         inputs = self._graph_inputs(graph, input_shapes)
         self.convert_nodes(graph)
         outputs = [self._named_output(o.name) for o in graph.output]
