@@ -281,6 +281,7 @@ EXPECTED_FAILURES: dict[str, str] = {
     'test_identity_opt': 'sequence, optional or string inputs: only tensors are supported',
     'test_identity_sequence': 'sequence, optional or string inputs: only tensors are supported',
     'test_if_opt': 'sequence or optional outputs: only tensors are supported',
+    'test_if_seq': 'sequence or optional outputs: only tensors are supported',
     'test_image_decoder_decode_bmp_rgb': 'unsupported op(s): ImageDecoder',
     'test_image_decoder_decode_jpeg2k_rgb': 'unsupported op(s): ImageDecoder',
     'test_image_decoder_decode_jpeg_bgr': 'unsupported op(s): ImageDecoder',
