@@ -31,3 +31,13 @@ def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
 
 def norm_axes(axes, rank: int) -> list[int]:
     return sorted({norm_axis(int(a), rank) for a in axes})
+
+
+def per_axis_ints(value, n: int, default: int, what: str) -> list[int]:
+    """An ints attribute with one value per axis (kernel_shape, strides, pads, ...)."""
+    if value is None:
+        return [default] * n
+    value = [int(v) for v in value]
+    if len(value) != n:
+        raise CompileError(f"{what} has {len(value)} values, expected {n}")
+    return value

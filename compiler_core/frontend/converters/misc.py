@@ -9,21 +9,12 @@ import numpy as np
 
 from ...errors import CompileError
 from ..registry import converter
-from .common import const_value, norm_axis
+from .common import const_value, norm_axis, per_axis_ints
 
 
 def _const_ints(v, what: str) -> list[int] | None:
     value = const_value(v, what)
     return None if value is None else [int(a) for a in np.asarray(value).reshape(-1)]
-
-
-def _per_axis(value, n: int, default: int, what: str) -> list[int]:
-    if value is None:
-        return [default] * n
-    value = [int(a) for a in value]
-    if len(value) != n:
-        raise CompileError(f"{what} has {len(value)} values, expected {n}")
-    return value
 
 
 # ---------------------------------------------------------------- LpNormalization
@@ -93,9 +84,9 @@ def det(cx, inputs):
 def max_unpool(cx, inputs):
     x, indices = inputs[:2]
     rank = len(x.shape) - 2
-    kernel = _per_axis(cx.attr("kernel_shape"), rank, 1, "kernel_shape")
-    strides = _per_axis(cx.attr("strides"), rank, 1, "strides")
-    pads = _per_axis(cx.attr("pads"), 2 * rank, 0, "pads")
+    kernel = per_axis_ints(cx.attr("kernel_shape"), rank, 1, "kernel_shape")
+    strides = per_axis_ints(cx.attr("strides"), rank, 1, "strides")
+    pads = per_axis_ints(cx.attr("pads"), 2 * rank, 0, "pads")
     pooled = [(n - 1) * s - (pads[d] + pads[rank + d]) + k
               for d, (n, s, k) in enumerate(zip(x.shape[2:], strides, kernel))]
     pooled_shape = (*x.shape[:2], *pooled)
@@ -123,9 +114,9 @@ def col2im(cx, inputs):
     if len(block) != rank or len(x.shape) != 3:
         raise CompileError(f"Col2Im needs an input (N, C*prod(block_shape), L) and image_shape, "
                            f"block_shape of equal length; got {list(x.shape)}, {image}, {block}")
-    dilations = _per_axis(cx.attr("dilations"), rank, 1, "dilations")
-    strides = _per_axis(cx.attr("strides"), rank, 1, "strides")
-    pads = _per_axis(cx.attr("pads"), 2 * rank, 0, "pads")
+    dilations = per_axis_ints(cx.attr("dilations"), rank, 1, "dilations")
+    strides = per_axis_ints(cx.attr("strides"), rank, 1, "strides")
+    pads = per_axis_ints(cx.attr("pads"), 2 * rank, 0, "pads")
     blocks = [(n + pads[d] + pads[rank + d] - dil * (k - 1) - 1) // s + 1
               for d, (n, k, dil, s) in enumerate(zip(image, block, dilations, strides))]
     taps = int(np.prod(block))

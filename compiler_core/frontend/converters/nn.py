@@ -14,26 +14,17 @@ from ...errors import CompileError
 from ...kernels.conv import conv_tap_offsets, wide_size
 from ...kernels.matmul import tile_columns
 from ..registry import converter
-from .common import broadcast, norm_axis
+from .common import broadcast, norm_axis, per_axis_ints
 
 
 # ---------------------------------------------------------------- window geometry
-
-def _ints(value, n: int, default: int, what: str) -> list[int]:
-    if value is None:
-        return [default] * n
-    value = [int(v) for v in value]
-    if len(value) != n:
-        raise CompileError(f"{what} has {len(value)} values, expected {n} (one per spatial axis)")
-    return value
-
 
 def window_pads(cx, in_spatial, kernel, strides, dilations) -> tuple[list[int], list[int]]:
     """(pads_begin, pads_end) from `pads` or `auto_pad`."""
     rank = len(in_spatial)
     auto = cx.attr("auto_pad", "NOTSET")
     if auto in ("NOTSET", ""):
-        pads = _ints(cx.attr("pads"), 2 * rank, 0, "pads")
+        pads = per_axis_ints(cx.attr("pads"), 2 * rank, 0, "pads")
         if any(p < 0 for p in pads):
             raise CompileError(f"negative pads {pads} are not supported")
         return pads[:rank], pads[rank:]
@@ -80,8 +71,8 @@ def conv(cx, inputs):
     if C != w.shape[1] * group or OC % group:
         raise CompileError(f"input channels {C} and weights {list(w.shape)} do not fit "
                            f"group={group}")
-    strides = _ints(cx.attr("strides"), rank, 1, "strides")
-    dilations = _ints(cx.attr("dilations"), rank, 1, "dilations")
+    strides = per_axis_ints(cx.attr("strides"), rank, 1, "strides")
+    dilations = per_axis_ints(cx.attr("dilations"), rank, 1, "dilations")
     pb, pe = window_pads(cx, x.shape[2:], kernel, strides, dilations)
     out = [window_output(*a) for a in zip(x.shape[2:], kernel, strides, dilations, pb, pe)]
     q_shape = phase_grid(x.shape[2:], strides, pb, pe)
@@ -143,9 +134,9 @@ def conv_transpose(cx, inputs):
         raise CompileError(f"ConvTranspose weights {list(w.shape)} do not fit {C} input channels "
                            f"with group={group}")
     kernel = list(w.shape[2:])
-    strides = _ints(cx.attr("strides"), rank, 1, "strides")
-    dilations = _ints(cx.attr("dilations"), rank, 1, "dilations")
-    out_pad = _ints(cx.attr("output_padding"), rank, 0, "output_padding")
+    strides = per_axis_ints(cx.attr("strides"), rank, 1, "strides")
+    dilations = per_axis_ints(cx.attr("dilations"), rank, 1, "dilations")
+    out_pad = per_axis_ints(cx.attr("output_padding"), rank, 0, "output_padding")
     pb, out = _transpose_geometry(cx, x.shape[2:], kernel, strides, dilations, out_pad)
     OC = w.shape[1] * group
     attrs = {"group": group, "strides": strides, "dilations": dilations, "pads_begin": pb}
@@ -164,7 +155,7 @@ def _transpose_geometry(cx, in_spatial, kernel, strides, dilations, out_pad):
     if target is not None:
         target = [int(t) for t in target][-rank:]
     if cx.attr("pads") is not None or (auto in ("NOTSET", "VALID", "") and target is None):
-        pads = [0] * 2 * rank if auto == "VALID" else _ints(cx.attr("pads"), 2 * rank, 0, "pads")
+        pads = [0] * 2 * rank if auto == "VALID" else per_axis_ints(cx.attr("pads"), 2 * rank, 0, "pads")
         out = target or [f - a - b for f, a, b in zip(full, pads[:rank], pads[rank:])]
         return pads[:rank], out
     target = target or [n * s for n, s in zip(in_spatial, strides)]
@@ -183,8 +174,8 @@ def _pool(cx, inputs, kind: str, p: float = 2):
         raise CompileError(f"pooling needs kernel_shape with one entry per spatial axis of the "
                            f"input {list(x.shape)}, got {kernel}")
     kernel = [int(k) for k in kernel]
-    strides = _ints(cx.attr("strides"), rank, 1, "strides")
-    dilations = _ints(cx.attr("dilations"), rank, 1, "dilations")
+    strides = per_axis_ints(cx.attr("strides"), rank, 1, "strides")
+    dilations = per_axis_ints(cx.attr("dilations"), rank, 1, "dilations")
     ceil_mode = bool(cx.attr("ceil_mode", 0))
     pb, pe = window_pads(cx, x.shape[2:], kernel, strides, dilations)
     out = [window_output(*a, ceil_mode)
