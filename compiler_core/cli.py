@@ -5,7 +5,6 @@ import argparse
 import json
 import re
 import sys
-from pathlib import Path
 
 import numpy as np
 

@@ -71,7 +71,6 @@ def test_clip_versions(opset):
     if opset < 11:
         node = helper.make_node("Clip", ["x"], ["y"], min=-1.0, max=0.5)
         inits = []
-        inputs = ["x"]
     else:
         node = helper.make_node("Clip", ["x", "lo", "hi"], ["y"])
         inits = [("lo", np.array(-1.0, F)), ("hi", np.array(0.5, F))]

@@ -6,7 +6,7 @@ import numpy as np
 
 from ...errors import CompileError
 from ..registry import converter
-from .common import const_value, norm_axis
+from .common import norm_axis
 
 INTEGER_CODES = {"int8", "uint8", "int16", "uint16", "int32"}
 
