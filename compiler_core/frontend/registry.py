@@ -21,7 +21,3 @@ def find_converter(op_type: str, opset: int) -> Callable | None:
     versions = CONVERTERS.get(op_type, {})
     usable = [v for v in versions if v <= opset]
     return versions[max(usable)] if usable else None
-
-
-def supported_ops() -> list[str]:
-    return sorted(CONVERTERS)

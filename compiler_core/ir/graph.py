@@ -69,9 +69,6 @@ class Graph:
     name: str = "model"
     opset: int = 0
 
-    def producers(self) -> dict[Value, Node]:
-        return {v: n for n in self.nodes for v in n.outputs}
-
     def consumers(self) -> dict[Value, list[Node]]:
         uses: dict[Value, list[Node]] = {}
         for n in self.nodes:

@@ -316,10 +316,6 @@ def logical_and(a: Expr, b: Expr) -> Expr:
     return Bin("and", a, b)
 
 
-def logical_or(a: Expr, b: Expr) -> Expr:
-    return Bin("or", a, b)
-
-
 # ---------------------------------------------------------------- builder
 
 class KernelBuilder:

@@ -5,7 +5,7 @@ numpy by tests/compiler_core/test_fastmath.py over the ranges stated:
     exp      max rel err 3.0e-7 on [-87, 88]      (inf above 88.72; ~1e-38 below -87.3)
     log      max rel err 2.0e-7 on [1e-30, 1e30]  (NaN below 0, -inf at 0, inf at inf)
     tanh     max abs err 1.0e-7 on [-20, 20]
-    sigmoid  max abs err 1.0e-7 on [-30, 30]
+    sigmoid  max abs err 1.0e-7 on [-30, 30]  (1 / (1 + exp(-x)) with the exp above)
     erf      max abs err 4.3e-7 on [-6, 6]
 """
 from __future__ import annotations
@@ -70,10 +70,6 @@ def tanh(x: Expr) -> Expr:
     x2 = x * x
     small = x * _horner(x2, [-17 / 315, 2 / 15, -1 / 3, 1])  # avoids 1 - (1 - tiny)
     return select(ax < _c(0.125), small, select(x < _c(0), -big, big))
-
-
-def sigmoid(x: Expr) -> Expr:
-    return _c(1) / (_c(1) + exp(-x))
 
 
 def erf(x: Expr) -> Expr:

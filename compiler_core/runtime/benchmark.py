@@ -8,8 +8,6 @@ import numpy as np
 from .feeds import random_feeds
 from .loaded_model import load
 
-STAT_KEYS = ("median_ms", "mean_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "std_ms", "runs")
-
 
 def latency_stats(samples_ms: list[float]) -> dict:
     a = np.asarray(samples_ms, np.float64)
