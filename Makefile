@@ -4,9 +4,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | md5sum | cut -c1-12)
 
-.PHONY: run setup test test-service chromium test-slow test-conformance test-public-models conformance-report bench clean
+.PHONY: run setup bwrap test-faults lint cross-aarch64 test test-service fuzz chromium test-slow test-conformance test-public-models conformance-report bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) cross-aarch64 bwrap
+
+# bubblewrap confines compile and benchmark children; without it they run with rlimits and
+# seccomp only (the worker says so at start)
+bwrap:
+	@command -v bwrap >/dev/null || { test "$$(id -u)" = 0 && \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) \
+		|| echo "warning: bwrap missing and cannot be installed; sandboxed children get no namespaces"; }
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,6 +22,10 @@ $(STAMP): requirements.txt
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
+# the linter's rules are in pyproject.toml ([tool.ruff]); CI runs it before the tests
+lint: setup
+	$(PY) -m ruff check .
+
 test: setup chromium
 	$(PY) -m pytest
 
@@ -22,11 +33,30 @@ test: setup chromium
 test-service: setup chromium
 	$(PY) -m pytest tests/service
 
+# a long schemathesis run against the live API (make test runs a short one)
+fuzz: setup
+	TF_FUZZ_EXAMPLES=$${TF_FUZZ_EXAMPLES:-300} $(PY) -m pytest -s tests/service/test_api_fuzz.py
+
 # Debian's Chromium for the browser test (never `playwright install`); skipped when not root
 chromium:
 	@test -x /usr/bin/chromium || { test "$$(id -u)" = 0 && \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
 		|| echo "warning: /usr/bin/chromium missing and cannot be installed; the browser test will be skipped"; }
+
+# Debian's aarch64 cross toolchain (gcc, binutils, libc, libgomp) and qemu's user-mode
+# emulator: compiling for the Arm targets and checking them here; skipped when not root
+AARCH64_PACKAGES := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+cross-aarch64:
+	@test -x /usr/bin/aarch64-linux-gnu-gcc -a -f /usr/aarch64-linux-gnu/lib/crti.o \
+		-a \( -x /usr/bin/qemu-aarch64 -o -x /usr/bin/qemu-aarch64-static \) || \
+		{ test "$$(id -u)" = 0 && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq --no-install-recommends $(AARCH64_PACKAGES) >/dev/null) \
+		|| echo "warning: cannot install $(AARCH64_PACKAGES) (needs root); the aarch64 tests will be skipped"; }
+
+# the fault drill under the embedded stack (about 3 minutes): 4 jobs, the worker SIGKILLed
+# mid-job, the broker a minute later; every job must end succeeded
+test-faults: setup
+	$(PY) -m tests.drills.make_run
 
 # the full-size CNNs and other long suites
 test-slow: setup
@@ -43,8 +73,12 @@ test-public-models: setup
 conformance-report: setup
 	$(PY) -m tests.conformance --jobs 2
 
+# compiled vs ONNX Runtime and OpenVINO (optional, requirements-bench.txt) at 1 and 2 threads;
+# arguments through BENCH_ARGS, e.g. make bench BENCH_ARGS="--filter yolo --kernels"
 bench: setup
-	$(PY) -m bench.models
+	@$(PY) -m pip install --quiet -r requirements-bench.txt \
+		|| echo "warning: openvino could not be installed; comparing with ONNX Runtime only"
+	$(PY) -m bench.models $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

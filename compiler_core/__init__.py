@@ -1,4 +1,4 @@
-"""Tensorforge compiler core: ONNX in, a native shared library out (see DESIGN.md)."""
+"""Tensorforge compiler core: ONNX in, a native shared library out (see docs/architecture.md)."""
 from .frontend import converters  # noqa: F401  registers every ONNX converter
 from .artifact import Artifact
 from .driver import compile

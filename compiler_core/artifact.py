@@ -51,11 +51,14 @@ def io_spec(values) -> list[dict]:
     return [{"name": v.name, "shape": list(v.shape), "dtype": v.dtype.name} for v in values]
 
 
-def artifact_files(graph, target, opt_level, steps, so_bytes, stats, tuning) -> dict[str, bytes]:
-    inputs, outputs = io_spec(graph.inputs), io_spec(graph.outputs)
+def artifact_files(graph, target, opt_level, steps, so_bytes, stats, tuning,
+                   analysis: dict) -> dict[str, bytes]:
+    """`analysis`: "kernels", one dict per kernel step (FLOPs, bytes, ONNX nodes; see
+    analysis/node_cost.py), and "layers", the same per ONNX node of the imported model."""
+    inputs, outputs, target_info = io_spec(graph.inputs), io_spec(graph.outputs), target.as_dict()
     files = {"model.so": so_bytes,
              "model.h": header_text(graph.name, inputs, outputs, stats["arena_bytes"]).encode(),
-             "README.txt": readme_text(inputs, outputs).encode()}
+             "README.txt": readme_text(inputs, outputs, target_info).encode()}
     meta = {
         "format": "tensorforge-artifact/1",
         "compiler_version": __version__,
@@ -63,10 +66,11 @@ def artifact_files(graph, target, opt_level, steps, so_bytes, stats, tuning) -> 
         "opset": graph.opset,
         "inputs": inputs,
         "outputs": outputs,
-        "target": target.as_dict(),
+        "target": target_info,
         "opt_level": opt_level,
-        "kernels": [{"name": s.kernel.name, "op": s.kernel.name.split("_", 1)[1]}
-                    for s in steps if s.kernel],
+        "kernels": [{"name": s.kernel.name, "op": s.kernel.name.split("_", 1)[1], **info}
+                    for s, info in zip([s for s in steps if s.kernel], analysis["kernels"])],
+        "layers": analysis["layers"],
         "runtime_errors": [s.message for s in steps if s.error],  # code k -> entry k-1
         "op_histogram": graph.op_histogram(),
         "tuning": tuning_summary(tuning),
@@ -135,14 +139,21 @@ int tf_set_num_threads(int n);
 """
 
 
-def readme_text(inputs, outputs) -> str:
+def readme_text(inputs, outputs, target: dict) -> str:
     feeds = ", ".join(f'"{s["name"]}": np.zeros({tuple(s["shape"])}, np.{s["dtype"]})'
                       for s in inputs)
+    arch = target["arch"]
     return f"""Tensorforge compiled model
 ==========================
 
-Files: model.so (the model: C ABI, weights embedded, needs only libc and libm),
-model.h (entry points, tensor names, shapes and dtypes), meta.json (details and checksums).
+Files: model.so (the model: C ABI, weights embedded, needs only libc and libm, plus GCC's
+libgomp.so.1 when it has parallel loops), model.h (entry points, tensor names, shapes and
+dtypes), meta.json (details and checksums).
+
+Built for target {target["name"]!r}: {target["description"]}.
+Code: {arch} Linux (glibc), LLVM cpu {target["cpu"]}. Copy this directory to such a machine
+and call it there as shown below. On a machine of another architecture, cc.load runs it
+under user-mode emulation (qemu-{arch}): a correctness check, far slower than the device.
 
 From Python (with the tensorforge compiler_core package installed):
 
@@ -165,7 +176,8 @@ From C:
     const void *inputs[TF_NUM_INPUTS] = {{ /* pointers to input data */ }};
     void *outputs[TF_NUM_OUTPUTS] = {{ /* pointers to output buffers */ }};
     tf_run(inputs, outputs);
-    /* build: cc main.c ./model.so -o main */
+    /* build on the device: cc main.c ./model.so -o main
+       or cross-compile on Debian: {arch}-linux-gnu-gcc main.c ./model.so -o main */
 
 Inputs: {", ".join(f"{s['name']} {s['dtype']}{s['shape']}" for s in inputs)}
 Outputs: {", ".join(f"{s['name']} {s['dtype']}{s['shape']}" for s in outputs)}

@@ -1,4 +1,4 @@
-"""python -m compiler_core inspect|compile|run|bench  (see DESIGN.md)."""
+"""python -m compiler_core inspect|compile|run|bench  (see docs/architecture.md)."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,7 @@ import numpy as np
 
 from .codegen.link import LinkError
 from .errors import CompileError, RuntimeInputError
+from .runtime.emulation import EmulationError
 
 
 class UsageError(Exception):
@@ -62,7 +63,8 @@ def cmd_run(args) -> int:
     model = load(args.artifact)
     outputs = model.run(load_feeds(args.inputs))
     np.savez(args.out, **outputs)
-    print(f"wrote {', '.join(outputs)} to {args.out}")
+    how = f" (run under {model.arch} emulation)" if model.emulated else ""
+    print(f"wrote {', '.join(outputs)} to {args.out}{how}")
     return 0
 
 
@@ -74,15 +76,24 @@ def cmd_bench(args) -> int:
                      min_runs=args.runs, max_seconds=args.seconds)
     if args.json:
         for side in ("compiled", "onnxruntime"):
-            result[side].pop("samples_ms")
+            (result[side] or {}).pop("samples_ms", None)
         print(json.dumps(result))
         return 0
+    if result.get("emulated"):
+        return print_emulated(result)
     for side in ("compiled", "onnxruntime"):
         s = result[side]
         print(f"{side:12s} median {s['median_ms']:9.3f} ms  p90 {s['p90_ms']:9.3f} ms  "
               f"({s['runs']} runs)")
     print(f"speedup {result['speedup']:.2f}x  max_abs_err {result['max_abs_err']:.3g}  "
           f"allclose {result['allclose']}")
+    return 0
+
+
+def print_emulated(result: dict) -> int:
+    print(f"NOTE: {result['arch']} artifact {result['note']}.")
+    print(f"emulated wall time median {result['compiled']['median_ms']:.1f} ms (meaningless)")
+    print(f"max_abs_err {result['max_abs_err']:.3g}  allclose {result['allclose']}")
     return 0
 
 
@@ -125,8 +136,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (CompileError, RuntimeInputError, UsageError, LinkError, FileNotFoundError, ValueError,
-            KeyError) as exc:
+    except (CompileError, RuntimeInputError, UsageError, LinkError, EmulationError,
+            FileNotFoundError, ValueError, KeyError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"error: {message}", file=sys.stderr)
         return 2

@@ -8,22 +8,29 @@ from typing import Callable
 
 import numpy as np
 
+from .analysis.node_cost import graph_costs, node_cost
 from .artifact import Artifact, artifact_files
 from .codegen.link import emit_object, link_shared
 from .codegen.module_builder import Step, build_module
 from .codegen.parallel import uses_openmp
+from .codegen.target_machine import MachineSpec
 from .errors import CompileError
+from .frontend.limits import check_arena
 from .frontend.onnx import import_model
 from .ir import Graph
-from .kernels import LOWERINGS, kernel_params, lower_node
+from .kernels import (LOWERINGS, add_error_flags, error_message, has_error_flag, kernel_params,
+                      lower_node)
 from .passes.memory_plan import MemoryPlan, plan_memory
 from .passes.pipeline import run_pipeline
 from .targets import get_target
 
 
 def compile(model, input_shapes: dict | None = None, target: str = "native", opt_level: int = 3,
-            tuning=None, progress: Callable[[str], None] | None = None) -> Artifact:
-    """`progress(stage)` is called as each stage starts: validate, optimize, [tune,] build."""
+            tuning=None, progress: Callable[[str], None] | None = None,
+            link: Callable = link_shared) -> Artifact:
+    """`progress(stage)` is called as each stage starts: validate, optimize, [tune,] build.
+    `link` runs the system linker (link_shared's signature); a sandbox that forbids exec
+    passes one that asks a helper process."""
     report = progress or (lambda stage: None)
     if opt_level not in (0, 1, 2, 3):
         raise CompileError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
@@ -31,50 +38,74 @@ def compile(model, input_shapes: dict | None = None, target: str = "native", opt
     started = time.perf_counter()
     report("validate")
     graph = import_model(model, input_shapes)
+    layers = graph_costs(graph.nodes)  # before fusion: one entry per ONNX node
     report("optimize")
-    graph = run_pipeline(graph, opt_level)
+    graph = run_pipeline(graph, opt_level, tgt.spec)
     if tuning:
         report("tune")
     report("build")
-    plan = plan_memory(graph)
-    steps = lower_graph(graph, plan)
+    plan = plan_memory(add_error_flags(graph))
+    check_arena(plan.arena_size)  # before the arena or any kernel exists
+    steps, step_nodes = lower_graph(graph, plan, tgt.spec)
     module = build_module(graph.name, tgt.spec.triple, steps, plan)
     obj = emit_object(str(module), tgt.spec, opt_level)
     with tempfile.TemporaryDirectory(prefix="tensorforge-") as tmp:
         so_path = Path(tmp) / "model.so"
-        link_shared(obj, pack_weights(plan), Path(tmp) / "build", so_path, uses_openmp(module))
+        link(obj, pack_weights(plan), Path(tmp) / "build", so_path, uses_openmp(module),
+             tgt.spec.triple)
         so_bytes = so_path.read_bytes()
+    analysis = work_analysis(layers, steps, step_nodes)
     stats = {"compile_seconds": round(time.perf_counter() - started, 3),
              "arena_bytes": plan.arena_size, "weights_bytes": plan.weights_size,
-             "nodes": len(graph.nodes), "kernels": len(steps)}
-    return Artifact(artifact_files(graph, tgt, opt_level, steps, so_bytes, stats, tuning))
+             "nodes": len(graph.nodes), "kernels": len(steps),
+             "flops": sum(k["flops"] for k in analysis["kernels"])}
+    return Artifact(artifact_files(graph, tgt, opt_level, steps, so_bytes, stats, tuning,
+                                   analysis))
 
 
-def lower_graph(graph: Graph, plan: MemoryPlan) -> list[Step]:
+def work_analysis(layers: dict, steps: list[Step], step_nodes: list) -> dict:
+    """What meta.json says about the work done: per kernel call FLOPs, bytes and the ONNX
+    nodes it computes; per ONNX node (as imported, before fusion) FLOPs and bytes."""
+    kernels = [{**node_cost(n).as_dict(), "onnx_nodes": list(n.onnx_nodes)}
+               for n, s in zip(step_nodes, steps) if s.kernel]
+    return {"kernels": kernels,
+            "layers": [{"onnx_node": name, **cost.as_dict()} for name, cost in layers.items()]}
+
+
+def lower_graph(graph: Graph, plan: MemoryPlan, spec: MachineSpec) -> tuple[list[Step], list]:
+    """The entry point's steps, and the graph node behind each."""
     missing = sorted({n.op for n in graph.nodes if n.op not in LOWERINGS and n.op != "Unreachable"})
     if missing:
         raise CompileError(f"no kernel for graph ops {missing}")
-    steps, errors = [], 0
+    steps, nodes, errors = [], [], 0
     kernels: dict[tuple, object] = {}  # nodes that differ only in their data share code
     for n in graph.nodes:
         if n.op == "Unreachable":
             errors += 1
             steps.append(Step(None, [], n.guards, error=errors, message=n.attrs["message"]))
+            nodes.append(n)
             continue
         if n.outputs[0] in plan.views:
             continue
         key = kernel_key(n)
         if key not in kernels:
-            kernels[key] = lower_node(n, f"k{len(kernels)}_{n.op}")
-        steps.append(Step(kernels[key], kernel_params(n), n.guards))
-    return steps
+            kernels[key] = lower_node(n, f"k{len(kernels)}_{n.op}", spec)
+        step = Step(kernels[key], kernel_params(n), n.guards)
+        if has_error_flag(n):  # its kernel flags out-of-range run-time indices
+            errors += 1
+            step.error, step.message = errors, error_message(n)
+        steps.append(step)
+        nodes.append(n)
+    return steps, nodes
 
 
 def kernel_key(n) -> tuple:
-    """What a lowering may depend on: op, attrs and the shapes and dtypes of its params."""
+    """What a lowering may depend on: op, attrs, the shapes and dtypes of its params, and
+    the node's schedule (a frozen dataclass, so hashable)."""
     def sig(v):
         return None if v is None else (v.shape, v.dtype.str)
-    return (n.op, _frozen(n.attrs), tuple(map(sig, n.inputs)), tuple(map(sig, n.outputs)))
+    return (n.op, _frozen(n.attrs), tuple(map(sig, n.inputs)), tuple(map(sig, n.outputs)),
+            n.schedule)
 
 
 def _frozen(value):

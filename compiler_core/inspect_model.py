@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
 
 import onnx
@@ -44,5 +45,5 @@ def inspect_model(model) -> dict:
         "ops": dict(sorted(Counter(n.op_type for n in _all_nodes(proto.graph)).items())),
         "unsupported_ops": dict(sorted(unsupported.items())),
         "nodes": len(proto.graph.node),
-        "parameters": int(sum(onnx.numpy_helper.to_array(t).size for t in proto.graph.initializer)),
+        "parameters": sum(math.prod(t.dims) for t in proto.graph.initializer),
     }

@@ -56,7 +56,7 @@ def run_case(name: str) -> tuple[str, str]:
         return "error", f"CompileError: {exc}"
     except AssertionError as exc:
         return "fail", str(exc).strip().splitlines()[0][:300]
-    except Exception as exc:  # report, don't crash the sweep
+    except Exception as exc:  # noqa: BLE001  report, don't crash the sweep
         return "error", f"{type(exc).__name__}: {exc}"[:300]
 
 

@@ -122,8 +122,8 @@ def summary(job: dict) -> str:
     r = job.get("results") or {}
     if job["state"] != "succeeded":
         return f"job {job['id']} {job['state']}: {job.get('error') or ''}"
-    if "compiled" not in r:
-        return f"job {job['id']} succeeded (no benchmark)"
+    if not r.get("compiled"):
+        return f"job {job['id']} succeeded (no benchmark: {r.get('benchmark_note')})"
     return (f"job {job['id']} succeeded: compiled {r['compiled']['median_ms']:.4f} ms, "
             f"onnxruntime {r['onnxruntime']['median_ms']:.4f} ms (median), speedup "
             f"{r['speedup']:.2f}x, outputs match: {r['allclose']}")

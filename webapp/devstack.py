@@ -7,6 +7,7 @@ test fixtures.
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -15,8 +16,11 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 from pathlib import Path
+
+from webapp.env import STACK_FILE
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -29,6 +33,7 @@ class Proc:
     name: str
     popen: subprocess.Popen
     log_path: Path
+    started: float = field(default_factory=time.monotonic)
 
     def stop(self, timeout: float = 15.0) -> None:
         if self.popen.poll() is not None:
@@ -177,21 +182,71 @@ def secret_key() -> str:
     return path.read_text().strip()
 
 
-def embedded_env(procs: list[Proc]) -> dict:
+class Supervisor:
+    """Keeps the stack's processes up: one that exits is started again, with a log line and
+    a growing pause if it keeps crashing, instead of taking the whole stack down."""
+
+    def __init__(self):
+        self.procs: list[Proc] = []
+        self.launchers: dict[str, Callable[[], Proc]] = {}
+        self.restarts: dict[str, int] = {}
+        self.not_before: dict[str, float] = {}
+
+    def add(self, name: str, launch: Callable[[], Proc]) -> Proc:
+        self.launchers[name] = launch
+        self.procs.append(launch())
+        return self.procs[-1]
+
+    def check(self) -> None:
+        for k, p in enumerate(self.procs):
+            if p.popen.poll() is None or time.monotonic() < self.not_before.get(p.name, 0):
+                continue
+            self.procs[k] = self._restart(p)
+
+    def _restart(self, p: Proc) -> Proc:
+        crashed_fast = time.monotonic() - p.started < 60
+        n = self.restarts[p.name] = (self.restarts.get(p.name, 0) + 1) if crashed_fast else 1
+        print(f"[devstack] {p.name} exited ({p.popen.returncode}); restarting it "
+              f"(restart {n} in a row; log {p.log_path})", flush=True)
+        try:
+            return self.launchers[p.name]()
+        except RuntimeError as exc:  # it did not come up: try again after a pause
+            self.not_before[p.name] = time.monotonic() + min(2 ** n, 30)
+            print(f"[devstack] {p.name} did not come back: {str(exc)[:300]}", flush=True)
+            return p
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):  # web first, storage and broker last
+            p.stop()
+
+
+def embedded_env(stack: Supervisor) -> dict:
     env = {"DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or secret_key(),
            "DJANGO_HTTPS": os.environ.get("DJANGO_HTTPS", "0"),
            "DJANGO_SETTINGS_MODULE": "webapp.settings", "TENSORFORGE_VAR_DIR": str(VAR)}
     logs = VAR / "log"
     if not os.environ.get("REDIS_URL"):
-        port = free_port(int(os.environ.get("TENSORFORGE_REDIS_PORT", 6380)))
-        procs.append(start_redis(VAR / "redis", port, logs))
-        env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+        redis_port = free_port(int(os.environ.get("TENSORFORGE_REDIS_PORT", 6380)))
+        stack.add("redis", lambda: start_redis(VAR / "redis", redis_port, logs))
+        env["REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
     if not os.environ.get("S3_ENDPOINT_URL"):
-        port = free_port(int(os.environ.get("TENSORFORGE_S3_PORT", 8333)))
-        procs.append(start_seaweedfs(VAR / "seaweedfs", port,
-                                     os.environ.get("S3_BUCKET", "tensorforge"), logs))
-        env["S3_ENDPOINT_URL"] = f"http://127.0.0.1:{port}"
+        s3_port = free_port(int(os.environ.get("TENSORFORGE_S3_PORT", 8333)))
+        bucket = os.environ.get("S3_BUCKET", "tensorforge")
+        stack.add("seaweedfs", lambda: start_seaweedfs(VAR / "seaweedfs", s3_port, bucket, logs))
+        env["S3_ENDPOINT_URL"] = f"http://127.0.0.1:{s3_port}"
     return env
+
+
+# what a second shell needs to reach this stack (webapp/env.py reads it back)
+STACK_KEYS = ("DJANGO_SECRET_KEY", "DJANGO_HTTPS", "DATABASE_URL", "REDIS_URL", "S3_ENDPOINT_URL",
+              "S3_BUCKET", "S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY", "TENSORFORGE_QUEUE")
+
+
+def write_stack_file(env: dict) -> None:
+    values = {k: env.get(k) or os.environ.get(k) for k in STACK_KEYS}
+    path = VAR / STACK_FILE
+    path.touch(mode=0o600)
+    path.write_text(json.dumps({k: v for k, v in values.items() if v}, indent=1))
 
 
 def manage(*args: str, env: dict) -> str:
@@ -224,33 +279,31 @@ def web_cmd(port: int) -> list[str]:
 
 def run() -> None:
     VAR.mkdir(parents=True, exist_ok=True)
-    procs: list[Proc] = []
+    stack = Supervisor()
     stop_requested = []
     signal.signal(signal.SIGTERM, lambda *a: stop_requested.append(1))
     try:
-        env = embedded_env(procs)
+        env = embedded_env(stack)
         os.environ.update(env)
+        write_stack_file(env)
         print("migrating the database ...", flush=True)
         manage("migrate", "--noinput", env=env)
         manage("init_storage", env=env)
         username, password = first_user(env)
         port = int(os.environ.get("PORT", 8000))
-        procs.append(start("worker", celery_worker_cmd(), VAR / "log", env=env))
-        procs.append(start("web", web_cmd(port), VAR / "log", env=env))
-        wait_until(lambda: port_open(port), "the web server", procs[-1], timeout=60)
+        stack.add("worker", lambda: start("worker", celery_worker_cmd(), VAR / "log", env=env))
+        web = stack.add("web", lambda: start("web", web_cmd(port), VAR / "log", env=env))
+        wait_until(lambda: port_open(port), "the web server", web, timeout=60)
         banner(port, username, password, env)
         while not stop_requested:
-            for p in procs:
-                if p.popen.poll() is not None:
-                    raise RuntimeError(f"{p.name} exited ({p.popen.returncode}):\n{p.log_tail()}")
+            stack.check()
             time.sleep(1)
     except KeyboardInterrupt:
         pass
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not orphan children
         print("\nstopping (this takes a few seconds) ...", flush=True)
-        for p in reversed(procs):  # web first, storage and broker last
-            p.stop()
+        stack.stop()
         print("stopped; data is kept under", VAR, flush=True)
 
 

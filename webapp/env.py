@@ -1,20 +1,41 @@
-"""Typed helpers that read settings from the environment (one place, one style)."""
+"""Typed helpers that read settings from the environment (one place, one style).
+
+A variable that is not set falls back to the value the embedded stack (`make run`) wrote to
+`var/devstack.json` when it started (its secret key, the ports it chose): so a second shell
+can run `manage.py` commands against the running stack with no variables set.
+"""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
+STACK_FILE = "devstack.json"  # under the var directory; written by webapp/devstack.py
+_stack: dict[str, str] = {}
+
+
+def use_stack_file(var_dir: Path) -> None:
+    """Take fallbacks from the embedded stack's file, when there is one."""
+    try:
+        _stack.update(json.loads((var_dir / STACK_FILE).read_text()))
+    except FileNotFoundError:
+        pass
+
+
+def _raw(name: str) -> str | None:
+    return os.environ.get(name, _stack.get(name))
 
 
 def env_str(name: str, default: str = "") -> str:
-    return os.environ.get(name, default)
+    raw = _raw(name)
+    return default if raw is None else raw
 
 
 def env_bool(name: str, default: bool = False) -> bool:
-    raw = os.environ.get(name)
+    raw = _raw(name)
     if raw is None:
         return default
     value = raw.strip().lower()
@@ -26,7 +47,7 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 
 def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
+    raw = _raw(name)
     if raw is None or raw.strip() == "":
         return default
     try:
@@ -36,7 +57,7 @@ def env_int(name: str, default: int) -> int:
 
 
 def env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
+    raw = _raw(name)
     if raw is None or raw.strip() == "":
         return default
     try:
@@ -46,7 +67,7 @@ def env_float(name: str, default: float) -> float:
 
 
 def env_list(name: str, default: list[str] | None = None) -> list[str]:
-    raw = os.environ.get(name)
+    raw = _raw(name)
     if raw is None:
         return list(default or [])
     return [item.strip() for item in raw.split(",") if item.strip()]

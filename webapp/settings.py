@@ -2,16 +2,19 @@
 
 Without DATABASE_URL, REDIS_URL and S3_ENDPOINT_URL the embedded stack (`make run`) supplies
 SQLite, a local Redis and a local SeaweedFS; with them the same code runs on PostgreSQL, an
-external Redis and real S3/MinIO.
+external Redis and real S3/MinIO. Variables that are not set fall back to what the embedded
+stack wrote to var/devstack.json (webapp/env.py), so `manage.py` works in a second shell.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from .env import database_from_url, env_bool, env_float, env_int, env_list, env_str
+from .env import (database_from_url, env_bool, env_float, env_int, env_list, env_str,
+                  use_stack_file)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("TENSORFORGE_VAR_DIR", str(BASE_DIR / "var")))
+use_stack_file(VAR_DIR)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
@@ -108,6 +111,9 @@ LOGGING = {
 
 # --- uploads
 MAX_MODEL_BYTES = env_int("TENSORFORGE_MAX_MODEL_BYTES", 256 * 2**20)
+# uploads are inspected in a sandboxed child with these limits
+UPLOAD_INSPECT_MEMORY_MB = env_int("TENSORFORGE_UPLOAD_INSPECT_MEMORY_MB", 2048)
+UPLOAD_INSPECT_TIMEOUT = env_int("TENSORFORGE_UPLOAD_INSPECT_TIMEOUT", 60)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 4 * 2**20   # larger uploads spool to a temporary file
 DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 2**20   # non-file bodies (JSON) stay small
 
@@ -116,18 +122,31 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = REDIS_URL
 # one queue name per deployment (tests use their own so parallel runs never share tasks)
 CELERY_QUEUE = env_str("TENSORFORGE_QUEUE", "tensorforge")
-CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 JOB_SOFT_TIME_LIMIT = env_int("TENSORFORGE_JOB_SOFT_TIME_LIMIT", 1800)
 JOB_HARD_TIME_LIMIT = env_int("TENSORFORGE_JOB_HARD_TIME_LIMIT", 1900)
 JOB_MAX_ATTEMPTS = env_int("TENSORFORGE_JOB_MAX_ATTEMPTS", 3)
 # a running job whose worker has not written a heartbeat for this long is failed by the reaper
 JOB_HEARTBEAT_TIMEOUT = env_int("TENSORFORGE_JOB_HEARTBEAT_TIMEOUT", 120)
 REAPER_INTERVAL = env_float("TENSORFORGE_REAPER_INTERVAL", 30.0)
+# a queued job whose message was sent this long ago and never started is sent again (a
+# message lost with the broker); duplicates are harmless: the first delivery claims the job
+QUEUED_RESEND_AFTER = env_int("TENSORFORGE_QUEUED_RESEND_AFTER", 300)
+# a running job waits this long for storage to come back before it fails
+JOB_STORAGE_PATIENCE = env_int("TENSORFORGE_JOB_STORAGE_PATIENCE", 600)
+# workers announce the targets they benchmark on this often; silent for TTL means offline
+WORKER_HEARTBEAT_SECONDS = env_float("TENSORFORGE_WORKER_HEARTBEAT_SECONDS", 15.0)
+WORKER_HEARTBEAT_TTL = env_int("TENSORFORGE_WORKER_HEARTBEAT_TTL", 45)
 
 # --- the sandboxed child processes (compile and benchmark)
 SANDBOX_COMPILE_TIMEOUT = env_int("TENSORFORGE_COMPILE_TIMEOUT", 900)
 SANDBOX_BENCH_TIMEOUT = env_int("TENSORFORGE_BENCH_TIMEOUT", 300)
 SANDBOX_MEMORY_MB = env_int("TENSORFORGE_SANDBOX_MEMORY_MB", 8192)
+SANDBOX_FILE_MB = env_int("TENSORFORGE_SANDBOX_FILE_MB", 4096)        # largest file a child writes
+SANDBOX_WORKDIR_MB = env_int("TENSORFORGE_SANDBOX_WORKDIR_MB", 8192)  # a job's whole work dir
+SANDBOX_PROCESSES = env_int("TENSORFORGE_SANDBOX_PROCESSES", 256)     # threads included
+SANDBOX_OPEN_FILES = env_int("TENSORFORGE_SANDBOX_OPEN_FILES", 512)
+SANDBOX_CHILD_MODULE = env_str("TENSORFORGE_SANDBOX_CHILD_MODULE", "sandbox.child")
+SANDBOX_CHILD_ENV: dict = {}  # extra variables for the child (tests set fault switches here)
 BENCH_MAX_SECONDS = env_float("TENSORFORGE_BENCH_MAX_SECONDS", 10.0)
 BENCH_MIN_RUNS = env_int("TENSORFORGE_BENCH_MIN_RUNS", 10)
 WORK_DIR = Path(env_str("TENSORFORGE_WORK_DIR", str(VAR_DIR / "work")))

@@ -1,37 +1,38 @@
-"""The Celery app. Reliability settings live here, next to the reasons for them."""
+"""The worker's view of the Celery app (`celery -A workers.celery_app worker`): the app of
+webapp/celery.py plus what only workers need: the task modules, the periodic reaper, the
+queues of the targets this machine benchmarks, and the fleet heartbeat."""
 from __future__ import annotations
 
-import os
+from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
+from django.conf import settings
 
-import django
-from celery import Celery
+from webapp.celery import REAP_STALE_JOBS, app
+from webapp.jobs import fleet
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-django.setup()
+from . import heartbeat
 
-from django.conf import settings  # noqa: E402  needs django.setup()
-
-app = Celery("tensorforge")
 app.conf.update(
-    broker_url=settings.CELERY_BROKER_URL,
-    broker_connection_retry_on_startup=True,
-    # The database holds job state and results; Celery only carries job ids.
-    task_ignore_result=True,
-    task_default_queue=settings.CELERY_QUEUE,
-    result_backend=None,
-    # A task is acknowledged after it finishes, and re-queued if its worker process dies,
-    # so no job is lost with a crashed worker (stages are idempotent, see pipeline.py).
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    # One job at a time per worker process: jobs are long and CPU-bound.
-    worker_prefetch_multiplier=1,
-    task_soft_time_limit=settings.JOB_SOFT_TIME_LIMIT,
-    task_time_limit=settings.JOB_HARD_TIME_LIMIT,
-    # Redis re-delivers unacknowledged tasks after this long; it must exceed the longest job.
-    broker_transport_options={"visibility_timeout": settings.JOB_HARD_TIME_LIMIT + 600},
-    task_always_eager=settings.CELERY_TASK_ALWAYS_EAGER,
-    worker_hijack_root_logger=False,
-    beat_schedule={"reap-stale-jobs": {"task": "tensorforge.reap_stale_jobs",
-                                       "schedule": settings.REAPER_INTERVAL}},
     imports=["workers.tasks"],
+    beat_schedule={"reap-stale-jobs": {"task": REAP_STALE_JOBS,
+                                       "schedule": settings.REAPER_INTERVAL}},
 )
+_beating: list[heartbeat.Heartbeat] = []
+
+
+@celeryd_after_setup.connect
+def consume_target_queues(sender, instance, **kwargs):
+    """Besides the base queue (-Q), the queue of each target this CPU runs natively."""
+    for target in heartbeat.benchmark_targets():
+        instance.app.amqp.queues.select_add(fleet.queue_name(target))
+
+
+@worker_ready.connect
+def start_heartbeat(sender, **kwargs):
+    _beating.append(heartbeat.Heartbeat(sender.hostname))
+    _beating[-1].start()
+
+
+@worker_shutdown.connect
+def stop_heartbeat(sender, **kwargs):
+    while _beating:
+        _beating.pop().stop()

@@ -8,12 +8,12 @@ failed with a reason a person can act on, or cancelled.
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import logging
 import shutil
 import tarfile
-import time
 from pathlib import Path
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -21,12 +21,17 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from compiler_core.codegen.target_machine import host_spec
+from compiler_core.runtime.emulation import emulation_missing
 from compiler_core.targets import get_target
+from sandbox.limits import Limits
+from sandbox.runner import Aborted, ChildSpec, SandboxError, run_child
+from webapp.api.schemas import CompileStats, JobResults, KernelTiming, LatencyStats
 from webapp.jobs import storage
 from webapp.jobs.models import Artifact, BenchmarkResult, CompileJob, JobState
 from webapp.jobs.storage import StorageError
 
-from .sandbox import Aborted, ChildSpec, SandboxError, run_child
+from .liveness import Cancelled, Heartbeat, patiently
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +39,7 @@ ARTIFACT_FILES = ["model.so", "model.h", "meta.json", "README.txt"]
 CONTENT_TYPES = {"package.tar.gz": "application/gzip", "model.so": "application/octet-stream",
                  "model.h": "text/x-c", "meta.json": "application/json",
                  "README.txt": "text/plain", "benchmark.json": "application/json"}
-HEARTBEAT_EVERY = 5.0
 LOG_LIMIT = 20_000
-
-
-class Cancelled(Exception):
-    pass
 
 
 class JobRun:
@@ -48,7 +48,6 @@ class JobRun:
     def __init__(self, job: CompileJob):
         self.job = job
         self.workdir = Path(settings.WORK_DIR) / str(job.id)
-        self._last_beat = 0.0
 
     # -- bookkeeping
     def log(self, line: str) -> None:
@@ -62,14 +61,7 @@ class JobRun:
         fields["heartbeat_at"] = timezone.now()
         CompileJob.objects.filter(pk=self.job.pk, state=JobState.RUNNING).update(**fields)
 
-    def heartbeat(self) -> None:
-        now = time.monotonic()
-        if now - self._last_beat >= HEARTBEAT_EVERY:
-            self._last_beat = now
-            self._save()
-
     def cancelled(self) -> bool:
-        self.heartbeat()
         state = CompileJob.objects.filter(pk=self.job.pk).values_list("state", flat=True).first()
         return state != JobState.RUNNING
 
@@ -84,10 +76,11 @@ class JobRun:
         self._save(stage=stage, progress=progress)
         self.log(f"stage {stage}")
 
-    def child(self, kind: str, args: dict, timeout: float) -> dict:
-        spec = ChildSpec(kind, args, self.workdir, timeout, settings.SANDBOX_MEMORY_MB,
-                         module=getattr(settings, "SANDBOX_CHILD_MODULE", "workers.child"),
-                         env=thread_env(self.job.threads))
+    def child(self, kind: str, args: dict, timeout: float, allow_exec: bool = False) -> dict:
+        spec = ChildSpec(kind, args, self.workdir, timeout,
+                         sandbox_limits(timeout, self.job.threads, allow_exec),
+                         module=settings.SANDBOX_CHILD_MODULE,
+                         env={**thread_env(self.job.threads), **settings.SANDBOX_CHILD_ENV})
         try:
             return run_child(spec, on_event=self._on_event, should_abort=self.cancelled)
         except Aborted:
@@ -97,9 +90,21 @@ class JobRun:
                 self.log(f"{kind} output (tail):\n{exc.log_tail.strip()[-2000:]}")
             raise
 
+    def transfer(self, action, what: str):
+        """A storage call that waits out an outage (liveness.patiently)."""
+        return patiently(action, what, self.cancelled, self.log)
+
     def _on_event(self, event: dict) -> None:
         if event.get("stage") in self.job.stages:
             self.enter(event["stage"])
+
+
+def sandbox_limits(timeout: float, threads: int, allow_exec: bool = False) -> Limits:
+    """CPU time adds up over threads, so the CPU limit is the wall-time limit times them."""
+    return Limits(memory_mb=settings.SANDBOX_MEMORY_MB, allow_exec=allow_exec,
+                  cpu_seconds=int(timeout * max(threads, 1)) + 30,
+                  file_mb=settings.SANDBOX_FILE_MB, processes=settings.SANDBOX_PROCESSES,
+                  open_files=settings.SANDBOX_OPEN_FILES, workdir_mb=settings.SANDBOX_WORKDIR_MB)
 
 
 def thread_env(threads: int) -> dict:
@@ -115,13 +120,14 @@ def run_job(job_id: str, worker: str) -> None:
         return
     run = JobRun(job)
     try:
-        execute(run)
+        with Heartbeat(job.pk):
+            execute(run)
     except Cancelled:
         log.info("job %s cancelled during %s", job_id, run.job.stage)
     except SoftTimeLimitExceeded:
         fail(job, f"the job exceeded its time limit of {settings.JOB_SOFT_TIME_LIMIT} s during "
                   f"the {job.stage} stage; try a smaller tuning budget or a smaller model")
-    except Exception as exc:  # noqa: BLE001  every failure ends the job with a reason
+    except Exception as exc:  # every failure ends the job with a reason
         fail(job, failure_message(job, exc))
         if not isinstance(exc, (SandboxError, StorageError)):
             log.exception("job %s failed unexpectedly", job_id)
@@ -130,10 +136,11 @@ def run_job(job_id: str, worker: str) -> None:
 
 
 def claim(job_id: str, worker: str) -> CompileJob | None:
-    """Mark the job running; None if it is finished already (a redelivered task)."""
+    """Mark the job running; None if it is finished already or alive elsewhere (a duplicate
+    or redelivered task)."""
     with transaction.atomic():
         job = CompileJob.objects.select_for_update().filter(pk=job_id).first()
-        if job is None or job.is_terminal or _running_elsewhere(job, worker):
+        if job is None or job.is_terminal or _running_elsewhere(job):
             return None
         job.attempts += 1
         if job.attempts > settings.JOB_MAX_ATTEMPTS:
@@ -150,10 +157,11 @@ def claim(job_id: str, worker: str) -> CompileJob | None:
     return job
 
 
-def _running_elsewhere(job: CompileJob, worker: str) -> bool:
-    """Another live worker has it (a duplicate delivery): leave it alone. A job whose worker
-    went quiet is the reaper's to fail, and the same worker may always take it back."""
-    if job.state != JobState.RUNNING or not job.worker or job.worker == worker:
+def _running_elsewhere(job: CompileJob) -> bool:
+    """A running job with a fresh heartbeat belongs to the process beating for it, even on
+    the same worker host: leave it alone. A job whose heartbeat stopped is the reaper's to
+    re-queue or fail."""
+    if job.state != JobState.RUNNING:
         return False
     quiet = (timezone.now() - (job.heartbeat_at or job.created_at)).total_seconds()
     if quiet < settings.JOB_HEARTBEAT_TIMEOUT:
@@ -170,15 +178,15 @@ def execute(run: JobRun) -> None:
             f"{job.opt_level}, threads {job.threads}, shapes {job.input_shapes}")
     run.enter("validate")
     model_path = run.workdir / "model.onnx"
-    storage.download_file(job.model.storage_key, model_path)
+    run.transfer(lambda: storage.download_file(job.model.storage_key, model_path),
+                 "the model download")
     out_dir = run.workdir / "artifact"
     meta = compile_stage(run, model_path, out_dir)
     bench = benchmark_stage(run, model_path, out_dir)
     run.enter("package")
     files = package(out_dir, bench)
     run.enter("upload")
-    upload(run, files)
-    succeed(run, meta, bench)
+    succeed(run, meta, bench, upload(run, files))
 
 
 def compile_stage(run: JobRun, model_path: Path, out_dir: Path) -> dict:
@@ -194,19 +202,31 @@ def compile_stage(run: JobRun, model_path: Path, out_dir: Path) -> dict:
 
 
 def benchmark_stage(run: JobRun, model_path: Path, out_dir: Path) -> dict | None:
+    """Timings where the target runs natively; elsewhere a correctness check under emulation
+    when this worker has the target architecture's emulator, else nothing."""
     run.enter("benchmark")
-    if not get_target(run.job.target).runs_here:
-        run.log(f"benchmark skipped: this worker's CPU cannot run target {run.job.target}")
+    target = get_target(run.job.target)
+    if not (target.runs_here or can_emulate(target)):
+        run.log(no_benchmark_note(run.job, emulated=False))
         return None
     result = run.child("bench", {
         "artifact_dir": str(out_dir), "model_path": str(model_path), "threads": run.job.threads,
         "min_runs": settings.BENCH_MIN_RUNS, "max_seconds": settings.BENCH_MAX_SECONDS},
-        settings.SANDBOX_BENCH_TIMEOUT)
+        settings.SANDBOX_BENCH_TIMEOUT, allow_exec=not target.runs_here)  # qemu runs it
+    if result.get("emulated"):
+        run.log(f"{no_benchmark_note(run.job, emulated=True)}; allclose {result['allclose']}")
+        return result
     save_benchmarks(run.job, result)
     run.log(f"benchmark: compiled {result['compiled']['median_ms']:.4f} ms, onnxruntime "
             f"{result['onnxruntime']['median_ms']:.4f} ms (median), speedup "
             f"{result['speedup']:.2f}x, allclose {result['allclose']}")
     return result
+
+
+def can_emulate(target) -> bool:
+    """Code for another architecture runs here under user-mode emulation, if installed."""
+    arch = target.spec.arch
+    return arch != host_spec().arch and emulation_missing(arch) is None
 
 
 def save_benchmarks(job: CompileJob, result: dict) -> None:
@@ -237,40 +257,71 @@ def package(out_dir: Path, bench: dict | None) -> dict[str, Path]:
     return {"package.tar.gz": package_path, **files}
 
 
-def upload(run: JobRun, files: dict[str, Path]) -> None:
+def upload(run: JobRun, files: dict[str, Path]) -> list[Artifact]:
+    """Every file into storage; the Artifact rows are only written by succeed()."""
+    uploaded = []
     for name, path in files.items():
         if run.cancelled():
             raise Cancelled()
         digest = storage.sha256_file(path)
         key = storage.artifact_key(run.job, name)
-        storage.put_file(key, path, digest, CONTENT_TYPES.get(name, "application/octet-stream"))
-        Artifact.objects.update_or_create(job=run.job, name=name, defaults={
-            "size": path.stat().st_size, "sha256": digest, "storage_key": key})
+        content_type = CONTENT_TYPES.get(name, "application/octet-stream")
+        run.transfer(functools.partial(storage.put_file, key, path, digest, content_type),
+                     f"the upload of {name}")
+        uploaded.append(Artifact(job=run.job, name=name, size=path.stat().st_size,
+                                 sha256=digest, storage_key=key))
     run.log(f"uploaded {len(files)} artifacts")
+    return uploaded
 
 
-def results_summary(meta: dict, bench: dict | None) -> dict:
-    summary = {"target": meta.get("target", {}).get("name"), "stats": meta.get("stats", {}),
-               "kernel_count": len(meta.get("kernels", []))}
+def results_summary(job: CompileJob, meta: dict, bench: dict | None) -> dict:
+    """The job's results, built through the API's own model so they always match it."""
+    results = {"target": meta.get("target", {}).get("name"),
+               "stats": {k: meta["stats"][k] for k in CompileStats.model_fields},
+               "kernel_count": len(meta.get("kernels", [])),
+               "threads": job.threads}
     if bench is None:
-        return {**summary, "benchmark": "skipped: the worker cannot run this target"}
-    keys = ("median_ms", "mean_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "std_ms", "runs")
-    return {**summary,
-            "compiled": {k: bench["compiled"][k] for k in keys},
-            "onnxruntime": {k: bench["onnxruntime"][k] for k in keys},
-            "speedup": bench["speedup"], "max_abs_err": bench["max_abs_err"],
-            "max_rel_err": bench["max_rel_err"], "allclose": bench["allclose"],
-            "threads": int(bench.get("threads", 1)), "kernels": bench.get("kernels", [])}
+        results["benchmark_note"] = no_benchmark_note(job, emulated=False)
+    elif bench.get("emulated"):
+        results.update({k: bench[k] for k in ("max_abs_err", "max_rel_err", "allclose")},
+                       checked_under="emulation",
+                       benchmark_note=f"{no_benchmark_note(job, emulated=True)}. {bench['note']}")
+    else:
+        results.update(benchmark_summary(bench), benchmark_host=job.worker,
+                       checked_under="native")
+    return JobResults.model_validate(results).model_dump(mode="json")
 
 
-def succeed(run: JobRun, meta: dict, bench: dict | None) -> None:
+def no_benchmark_note(job: CompileJob, emulated: bool) -> str:
+    checked = ("its outputs were compared with ONNX Runtime's under emulation" if emulated
+               else "its outputs were not compared with ONNX Runtime (no emulator for it here)")
+    return (f"no benchmark host for target {job.target} was available, so there are no "
+            f"timings: {job.worker} compiled it and its CPU cannot run it; {checked}. For "
+            "timings, add a worker whose CPU runs this target (docs/workers.md)")
+
+
+def benchmark_summary(bench: dict) -> dict:
+    return {**{k: bench[k] for k in ("speedup", "max_abs_err", "max_rel_err", "allclose")},
+            **{runtime: {k: bench[runtime][k] for k in LatencyStats.model_fields}
+               for runtime in ("compiled", "onnxruntime")},
+            "kernels": [{k: kernel[k] for k in KernelTiming.model_fields}
+                        for kernel in bench.get("kernels", [])]}
+
+
+def succeed(run: JobRun, meta: dict, bench: dict | None, artifacts: list[Artifact]) -> None:
+    """Artifacts and the succeeded state in one transaction, after every upload worked: a
+    job is never downloadable half-way, and a cancelled one records nothing."""
     job = run.job
-    job.results = results_summary(meta, bench)
-    updated = CompileJob.objects.filter(pk=job.pk, state=JobState.RUNNING).update(
-        state=JobState.SUCCEEDED, progress=1.0, finished_at=timezone.now(),
-        results=job.results, heartbeat_at=timezone.now())
+    job.results = results_summary(job, meta, bench)
+    with transaction.atomic():
+        updated = CompileJob.objects.filter(pk=job.pk, state=JobState.RUNNING).update(
+            state=JobState.SUCCEEDED, progress=1.0, finished_at=timezone.now(),
+            results=job.results, heartbeat_at=timezone.now())
+        if updated:
+            Artifact.objects.filter(job=job).delete()  # a redelivered job's earlier rows
+            Artifact.objects.bulk_create(artifacts)
     if updated:
-        run.log("succeeded")
+        append_log(job, "succeeded")
 
 
 # ---------------------------------------------------------------- failures
@@ -292,12 +343,25 @@ def _finish(job: CompileJob, state: str, error: str) -> int:
                                               finished_at=timezone.now())
 
 
+def append_log(job: CompileJob, line: str) -> None:
+    job.refresh_from_db(fields=["log"])
+    stamp = timezone.now().strftime("%H:%M:%S")
+    CompileJob.objects.filter(pk=job.pk).update(
+        log=(job.log + f"[{stamp}] {line}\n")[-LOG_LIMIT:])
+
+
 def fail(job: CompileJob, message: str) -> None:
     if _finish(job, JobState.FAILED, message):
-        job.refresh_from_db()
-        stamp = timezone.now().strftime("%H:%M:%S")
-        CompileJob.objects.filter(pk=job.pk).update(
-            log=(job.log + f"[{stamp}] failed: {message}\n")[-LOG_LIMIT:])
+        append_log(job, f"failed: {message}")
+        discard_uploads(job)
+
+
+def discard_uploads(job: CompileJob) -> None:
+    """A failed job's partial uploads are deleted (best effort: storage may be the reason)."""
+    try:
+        storage.delete_prefix(storage.artifact_key(job, ""))
+    except StorageError as exc:
+        log.warning("could not delete partial uploads of job %s: %s", job.id, exc)
 
 
 def fail_if_active(job_id: str, message: str) -> None:

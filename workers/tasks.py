@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 from celery import Task
+from celery.signals import worker_init, worker_process_init
 
-from .celery_app import app
+from sandbox import confine, namespaces
+
+from webapp.celery import COMPILE_JOB, REAP_STALE_JOBS
+
 from . import pipeline, reaper
+from .celery_app import app
 
 
 class JobTask(Task):
@@ -16,11 +21,24 @@ class JobTask(Task):
                                              f"{exc}")
 
 
-@app.task(name="tensorforge.compile_job", bind=True, base=JobTask)
+@worker_init.connect
+def announce_sandbox(**_):
+    """Say at start how compile children are confined (namespaces may be unavailable)."""
+    namespaces.announce()
+
+
+@worker_process_init.connect
+def die_with_the_worker(**_):
+    """A pool process dies with its worker (and its sandboxed child with it), so a killed
+    worker leaves no orphan running a job: the reaper re-queues the job instead."""
+    confine.die_with_parent()
+
+
+@app.task(name=COMPILE_JOB, bind=True, base=JobTask)
 def compile_job(self, job_id: str) -> None:
     pipeline.run_job(job_id, worker=self.request.hostname or "eager")
 
 
-@app.task(name="tensorforge.reap_stale_jobs")
+@app.task(name=REAP_STALE_JOBS)
 def reap_stale_jobs() -> int:
     return reaper.reap()

@@ -1,4 +1,9 @@
-"""LLVM module -> object -> position-independent shared library with embedded weights."""
+"""LLVM module -> object -> position-independent shared library with embedded weights.
+
+The linker follows the target triple: the host's C compiler driver for the host's
+architecture, the GNU cross driver `<arch>-linux-gnu-gcc` (Debian: gcc-<arch>-linux-gnu, which
+brings that architecture's binutils, libc and libgomp) for any other.
+"""
 from __future__ import annotations
 
 import os
@@ -8,30 +13,53 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
-from .target_machine import MachineSpec, create_target_machine, optimize
+from .target_machine import MachineSpec, create_target_machine, host_spec, optimize
 
 WEIGHTS_ASM = """\
-    .section .rodata.tf_weights,"a",@progbits
+    .section .rodata.tf_weights,"a",%progbits
     .globl tf_weights
     .hidden tf_weights
     .balign 64
 tf_weights:
     .incbin "{path}"
     .byte 0
-    .section .note.GNU-stack,"",@progbits
+    .section .note.GNU-stack,"",%progbits
 """
+# `%progbits`, not `@progbits`: GNU as reads both on x86-64 and AArch64, and `@` starts a
+# comment on some other architectures.
 
 
 class LinkError(RuntimeError):
     pass
 
 
-def find_cc() -> str:
+def find_cc(triple: str) -> str:
+    """The C compiler driver that links for `triple`."""
+    arch = triple.split("-")[0]
+    if arch != host_spec().arch:
+        return find_cross_cc(arch)
     for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
         if name and shutil.which(name):
             return shutil.which(name)
     raise LinkError("no C compiler driver found (cc, gcc or clang): the worker machine needs "
                     "one with binutils to link the shared library; on Debian: apt-get install gcc")
+
+
+DEBIAN_ARCH = {"aarch64": "arm64", "x86_64": "amd64"}
+
+
+def cross_packages(arch: str) -> list[str]:
+    """The Debian packages of the GNU cross toolchain for `arch` (gcc, binutils, libc, libgomp)."""
+    return [f"gcc-{arch}-linux-gnu", f"libc6-dev-{DEBIAN_ARCH.get(arch, arch)}-cross"]
+
+
+def find_cross_cc(arch: str) -> str:
+    name = f"{arch}-linux-gnu-gcc"
+    if not shutil.which(name) or not Path(f"/usr/{arch}-linux-gnu/lib/crti.o").is_file():
+        raise LinkError(f"no {name} with its C library to link for {arch}: install the cross "
+                        f"toolchain (Debian: apt-get install {' '.join(cross_packages(arch))}, "
+                        "or `make setup` as root)")
+    return shutil.which(name)
 
 
 def emit_object(llvm_ir: str, spec: MachineSpec, opt_level: int) -> bytes:
@@ -42,14 +70,16 @@ def emit_object(llvm_ir: str, spec: MachineSpec, opt_level: int) -> bytes:
     return tm.emit_object(mod)
 
 
-def link_shared(obj: bytes, weights: bytes, workdir: Path, out: Path, openmp: bool) -> None:
+def link_shared(obj: bytes, weights: bytes, workdir: Path, out: Path, openmp: bool,
+                triple: str | None = None) -> None:
+    """Link for `triple` (default: this machine, as kernel libraries loaded here are)."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "kernels.o").write_bytes(obj)
     (workdir / "weights.bin").write_bytes(weights)
     (workdir / "weights.s").write_text(WEIGHTS_ASM.format(path=(workdir / "weights.bin").resolve()))
-    cmd = [find_cc(), "-shared", "-fPIC", "-o", str(out), str(workdir / "kernels.o"),
-           str(workdir / "weights.s"), *(["-lgomp"] if openmp else []), "-lm",
-           "-Wl,-z,noexecstack"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    cmd = [find_cc(triple or host_spec().triple), "-shared", "-fPIC", "-o", str(out),
+           str(workdir / "kernels.o"), str(workdir / "weights.s"),
+           *(["-lgomp"] if openmp else []), "-lm", "-Wl,-z,noexecstack"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise LinkError(f"linking failed: {proc.stderr.strip()[:2000]}")

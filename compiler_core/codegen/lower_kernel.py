@@ -24,16 +24,18 @@ _INTRINSIC = {"sqrt", "exp", "log", "sin", "cos", "floor", "ceil", "fabs", "roun
               "minimum", "maximum", "trunc", "copysign"}
 
 
-def llvm_type(dtype) -> ir.Type:
+def llvm_type(dtype, lanes: int = 1) -> ir.Type:
     name = np.dtype(dtype).name
     if name not in _LLVM_TYPES:
         raise TypeError(f"dtype {name} is not supported by code generation")
-    return _LLVM_TYPES[name]
+    return _LLVM_TYPES[name] if lanes == 1 else ir.VectorType(_LLVM_TYPES[name], lanes)
 
 
-def mem_type(dtype) -> ir.Type:
+def mem_type(dtype, lanes: int = 1) -> ir.Type:
     """Booleans are one byte in memory, i1 in registers."""
-    return I8 if np.dtype(dtype) == np.bool_ else llvm_type(dtype)
+    if np.dtype(dtype) == np.bool_:
+        return I8 if lanes == 1 else ir.VectorType(I8, lanes)
+    return llvm_type(dtype, lanes)
 
 
 def is_float(dtype) -> bool:
@@ -135,7 +137,12 @@ class KernelLowering:
         ptr = self.address(s.buf, s.index)
         val = self.expr(s.value)
         if s.buf.dtype == np.bool_:
-            val = self.b.zext(val, I8)
+            val = self.b.zext(val, mem_type(np.bool_, s.value.lanes))
+        if s.valid is not None:
+            self._call(f"llvm.masked.store.{_mem_suffix(s.buf.dtype, s.value.lanes)}.p0",
+                       ir.VoidType(), [val, ptr, ir.Constant(I32, s.buf.dtype.itemsize),
+                                       _lane_mask(s.value.lanes, s.valid)])
+            return
         self.b.store(val, ptr, align=s.buf.dtype.itemsize)
 
     def s_If(self, s: L.If):
@@ -151,17 +158,33 @@ class KernelLowering:
                 self.stmts(s.then)
 
     def s_Let(self, s: L.Let):
-        slot = self.alloca_builder.alloca(llvm_type(s.local.dtype), name=s.local.name)
+        ty = llvm_type(s.local.dtype, s.local.lanes)
+        slot = self.alloca_builder.alloca(ty, name=s.local.name)
         self.locals[id(s.local)] = slot
-        self.b.store(self.expr(s.init), slot)
+        self.b.store(self.splat(s.init, s.local.lanes), slot)
 
     def s_Set(self, s: L.Set):
-        self.b.store(self.expr(s.value), self.locals[id(s.local)])
+        self.b.store(self.splat(s.value, s.local.lanes), self.locals[id(s.local)])
 
     # ------------------------------------------------------------ expressions
     def address(self, buf: L.Buf, index: L.Expr) -> ir.Value:
         return self.b.gep(self.ptrs[id(buf)], [self.expr(index)], inbounds=True,
                           source_etype=mem_type(buf.dtype))
+
+    def splat(self, e: L.Expr, lanes: int) -> ir.Value:
+        """e's value with `lanes` lanes: scalars in vector contexts are broadcast."""
+        val = self.expr(e)
+        if e.lanes == lanes:
+            return val
+        if e.lanes != 1:
+            raise TypeError(f"kernel {self.kernel.name}: {e.lanes} lanes where {lanes} expected")
+        vty = ir.VectorType(val.type, lanes)
+        one = self.b.insert_element(ir.Constant(vty, ir.Undefined), val, ir.Constant(I32, 0))
+        return self.b.shuffle_vector(one, ir.Constant(vty, ir.Undefined),
+                                     ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+    def operands(self, e, *subs) -> list[ir.Value]:
+        return [self.splat(x, e.lanes) for x in subs]
 
     def expr(self, e: L.Expr) -> ir.Value:
         # Expressions are trees that share subtrees (x in x*sigmoid(x)); within one statement
@@ -184,20 +207,60 @@ class KernelLowering:
         if id(e.local) not in self.locals:
             raise ValueError(f"kernel {self.kernel.name}: local {e.local.name} is read outside "
                              "the scope that declares it (parallel loops cannot read outer locals)")
-        return self.b.load(self.locals[id(e.local)], typ=llvm_type(e.local.dtype))
+        return self.b.load(self.locals[id(e.local)], typ=llvm_type(e.local.dtype, e.local.lanes))
 
     def e_Load(self, e: L.Load):
-        val = self.b.load(self.address(e.buf, e.index), typ=mem_type(e.buf.dtype),
-                          align=e.buf.dtype.itemsize)
-        if e.buf.dtype == np.bool_:
-            val = self.b.trunc(val, I1)
+        return self._load(e.buf, e.index, 1)
+
+    def e_VLoad(self, e: L.VLoad):
+        if e.valid is None:
+            return self._load(e.buf, e.index, e.lanes)
+        ty = mem_type(e.buf.dtype, e.lanes)
+        val = self._call(f"llvm.masked.load.{_mem_suffix(e.buf.dtype, e.lanes)}.p0", ty,
+                         [self.address(e.buf, e.index), ir.Constant(I32, e.buf.dtype.itemsize),
+                          _lane_mask(e.lanes, e.valid), ir.Constant(ty, None)])
+        return self.b.trunc(val, llvm_type(np.bool_, e.lanes)) if e.buf.dtype == np.bool_ else val
+
+    def e_Extract(self, e: L.Extract):
+        return self.b.extract_element(self.expr(e.a), ir.Constant(I32, e.lane))
+
+    def _load(self, buf, index, lanes):
+        val = self.b.load(self.address(buf, index), typ=mem_type(buf.dtype, lanes),
+                          align=buf.dtype.itemsize)
+        if buf.dtype == np.bool_:
+            val = self.b.trunc(val, llvm_type(np.bool_, lanes))
         return val
 
+    def e_Broadcast(self, e: L.Broadcast):
+        return self.splat(e.a, e.lanes)
+
+    def e_Reduce(self, e: L.Reduce):
+        a = self.expr(e.a)
+        suffix = _vector_suffix(e.a.dtype, e.a.lanes)
+        if not is_float(e.dtype):
+            name = {"add": "add", "min": "smin", "max": "smax"}[e.op]
+            if is_unsigned(e.dtype) and e.op != "add":
+                name = "u" + name[1:]
+            return self._call(f"llvm.vector.reduce.{name}.{suffix}", a.type.element, [a])
+        if e.op == "add":  # reassoc: a tree of shuffles instead of a sequential chain
+            zero = ir.Constant(a.type.element, 0.0)
+            return self._call(f"llvm.vector.reduce.fadd.{suffix}", a.type.element, [zero, a],
+                              fastmath=("reassoc",))
+        name = "fminimum" if e.op == "min" else "fmaximum"  # NaN-propagating, as maximum()
+        return self._call(f"llvm.vector.reduce.{name}.{suffix}", a.type.element, [a])
+
+    def _call(self, fname, ret, args, fastmath=()):
+        fn = self.module.globals.get(fname)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, [x.type for x in args]),
+                             name=fname)
+        return self.b.call(fn, args, fastmath=fastmath)
+
     def e_Select(self, e: L.Select):
-        return self.b.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
+        return self.b.select(*self.operands(e, e.cond, e.a, e.b))
 
     def e_Cmp(self, e: L.Cmp):
-        a, b = self.expr(e.a), self.expr(e.b)
+        a, b = self.operands(e, e.a, e.b)
         ops = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
         if is_float(e.a.dtype):
             if e.op == "ne":
@@ -208,7 +271,7 @@ class KernelLowering:
         return self.b.icmp_signed(ops[e.op], a, b)
 
     def e_Bin(self, e: L.Bin):
-        a, b = self.expr(e.a), self.expr(e.b)
+        a, b = self.operands(e, e.a, e.b)
         dt = e.a.dtype
         if is_float(dt):
             return self._fbin(e.op, a, b, dt)
@@ -306,16 +369,17 @@ class KernelLowering:
             pos = B.select(B.icmp_signed(">", a, zero), one, zero)
             return B.select(B.icmp_signed("<", a, zero), ir.Constant(a.type, -1), pos)
         if op in ("isnan", "isinf", "isposinf", "isneginf"):
-            return ir.Constant(I1, 0)
+            lanes = a.type.count if isinstance(a.type, ir.VectorType) else 1
+            return ir.Constant(llvm_type(np.bool_, lanes), 0)
         raise NotImplementedError(f"unary {op} on integers")
 
     def e_Bitcast(self, e: L.Bitcast):
-        return self.b.bitcast(self.expr(e.a), llvm_type(e.dtype))
+        return self.b.bitcast(self.expr(e.a), llvm_type(e.dtype, e.lanes))
 
     def e_Cast(self, e: L.Cast):
         a = self.expr(e.a)
         src, dst = np.dtype(e.a.dtype), np.dtype(e.dtype)
-        B, ty = self.b, llvm_type(dst)
+        B, ty = self.b, llvm_type(dst, e.lanes)
         if src == dst:
             return a
         if dst == np.bool_:
@@ -336,16 +400,15 @@ class KernelLowering:
 
     # ------------------------------------------------------------ calls
     def intrinsic(self, name, dt, *args):
-        suffix = _SUFFIX[np.dtype(dt).name]
-        fname = f"llvm.{name}.{suffix}"
-        fn = self.module.globals.get(fname)
-        if fn is None:
-            ty = llvm_type(dt)
-            fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * len(args)), name=fname)
-        return self.b.call(fn, list(args))
+        ty = args[0].type
+        lanes = ty.count if isinstance(ty, ir.VectorType) else 1
+        return self._call(f"llvm.{name}.{_vector_suffix(dt, lanes)}", ty, list(args))
 
     def libm(self, name, dt, a):
         """libm works in float or double; half goes through float."""
+        if isinstance(a.type, ir.VectorType):
+            raise NotImplementedError(f"kernel {self.kernel.name}: libm {name} has no vector "
+                                      "form; use kernels/fastmath.py or a scalar loop")
         dt = np.dtype(dt)
         work = np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
         fname = name if work == np.float64 else name + "f"
@@ -357,6 +420,22 @@ class KernelLowering:
         x = self.b.fpext(a, ty) if dt == np.float16 else a
         r = self.b.call(fn, [x])
         return self.b.fptrunc(r, llvm_type(dt)) if dt == np.float16 else r
+
+
+def _lane_mask(lanes: int, valid: int) -> ir.Constant:
+    return ir.Constant(ir.VectorType(I1, lanes), [int(k < valid) for k in range(lanes)])
+
+
+def _mem_suffix(dtype, lanes: int) -> str:
+    """The suffix of a memory intrinsic: booleans are bytes in memory."""
+    return _vector_suffix(np.uint8 if np.dtype(dtype) == np.bool_ else dtype, lanes)
+
+
+def _vector_suffix(dtype, lanes: int) -> str:
+    """Intrinsic name suffix: f32, or v8f32 for a vector of 8."""
+    dt = np.dtype(dtype)
+    scalar = _SUFFIX.get(dt.name) or f"i{1 if dt == np.bool_ else dt.itemsize * 8}"
+    return scalar if lanes == 1 else f"v{lanes}{scalar}"
 
 
 def lower_kernel(module: ir.Module, kernel: L.Kernel) -> ir.Function:

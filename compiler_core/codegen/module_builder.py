@@ -28,7 +28,9 @@ class Step:
     kernel: Kernel | None
     values: list[Value]  # one per kernel param, in order
     guards: tuple[Guard, ...] = ()
-    error: int = 0  # nonzero: no kernel; the entry point returns this code (when guards hold)
+    # nonzero: without a kernel, the entry point returns this code (when guards hold); with
+    # one, it returns it when the kernel set its error flag (its last value)
+    error: int = 0
     message: str = ""  # what that error code means, for meta.json
 
 
@@ -48,11 +50,11 @@ def build_module(name: str, triple: str, steps: list[Step], plan: MemoryPlan) ->
     _entry(module, "tf_profile", steps, fns, plan, weights, profile=True)
     _static_entry(module, entry, plan)
     _constant_fn(module, "tf_num_kernels", I32, sum(1 for s in steps if s.kernel))
-    _set_threads_fn(module)
+    set_threads_function(module)
     return module
 
 
-def _set_threads_fn(module) -> None:
+def set_threads_function(module) -> None:
     """int tf_set_num_threads(int n): threads for parallel loops from now on; returns n."""
     fn = ir.Function(module, ir.FunctionType(I32, [I32]), name="tf_set_num_threads")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -87,7 +89,7 @@ def _entry(module, name, steps, fns, plan, weights, profile=False) -> ir.Functio
     kernel_steps = [(step, kfn) for step, kfn in zip(steps, fns) if kfn is not None]
     slot = {id(step): k for k, (step, _) in enumerate(kernel_steps)}
     for step, kfn in zip(steps, fns):
-        if step.error:
+        if kfn is None:
             with b.if_then(_guard_condition(b, step.guards, pointer)):
                 b.ret(ir.Constant(I32, step.error))
             continue
@@ -96,13 +98,21 @@ def _entry(module, name, steps, fns, plan, weights, profile=False) -> ir.Functio
         if step.guards:
             cond = _guard_condition(b, step.guards, pointer)
             with b.if_then(cond):
-                b.call(kfn, args)
+                _call(b, kfn, args, step)
         else:
-            b.call(kfn, args)
+            _call(b, kfn, args, step)
         if clock:
             clock.accumulate(fn.args[3], slot[id(step)], started)
     b.ret(ir.Constant(I32, 0))
     return fn
+
+
+def _call(b, kfn, args, step: Step) -> None:
+    b.call(kfn, args)
+    if step.error:  # the kernel's error flag (its last param) set: return its code
+        byte = b.load(args[-1], typ=I8)
+        with b.if_then(b.icmp_unsigned("!=", byte, ir.Constant(I8, 0)), likely=False):
+            b.ret(ir.Constant(I32, step.error))
 
 
 class _Clock:

@@ -20,13 +20,30 @@ class MachineSpec:
     features: str
 
     @property
+    def arch(self) -> str:
+        """The triple's architecture: 'x86_64', 'aarch64', ..."""
+        return self.triple.split("-")[0]
+
+    @property
     def vector_bits(self) -> int:
+        """Width of the fixed-width vectors our kernels may use. AArch64 answers 128 (NEON)
+        even with SVE: kernels pick fixed lane counts at compile time, and SVE's width is
+        only known on the device (256 bits on Graviton 3), though LLVM's own loop
+        vectorizer may still emit SVE code for the target's features."""
+        if self.arch == "aarch64":
+            return 128
         feats = set(self.features.split(","))
         if "+avx512f" in feats:
             return 512
         if "+avx2" in feats or "+avx" in feats:
             return 256
         return 128
+
+    @property
+    def vector_registers(self) -> int:
+        """Architectural SIMD registers: what a register tile may fill."""
+        x86 = self.arch in ("x86_64", "i686", "i386")
+        return 16 if x86 and self.vector_bits < 512 else 32
 
 
 @functools.cache

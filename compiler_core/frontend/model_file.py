@@ -4,10 +4,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
 from ..errors import CompileError
+from .limits import check_tensor, check_tensor_proto
 
 DEFAULT_MAX_BYTES = 2 * 1024**3
 ALLOWED_DOMAINS = {"", "ai.onnx"}
@@ -19,18 +21,24 @@ def max_model_bytes() -> int:
 
 def load_model(model) -> tuple[onnx.ModelProto, Path | None]:
     """Path, bytes or ModelProto -> (ModelProto with external data loaded, its folder)."""
-    if isinstance(model, onnx.ModelProto):
-        folder = None
-        proto = model
-    else:
-        data, folder = _read_bytes(model)
-        proto = _parse(data)
+    proto, folder = read_proto(model)
     if not proto.HasField("graph"):
         raise CompileError("the file parsed as protobuf but has no ONNX graph: "
                            "is it really an .onnx model? Export it again with torch.onnx or tf2onnx")
+    check_opset(proto)
+    check_single_producers(proto.graph)
     load_external_data(proto, folder)
+    check_tensors(proto)
     check_domains(proto)
     return proto, folder
+
+
+def read_proto(model) -> tuple[onnx.ModelProto, Path | None]:
+    """Parse only: external data stays where it is (see tensors_with_external_data)."""
+    if isinstance(model, onnx.ModelProto):
+        return model, None
+    data, folder = _read_bytes(model)
+    return _parse(data), folder
 
 
 def _read_bytes(model) -> tuple[bytes, Path | None]:
@@ -71,31 +79,49 @@ def _parse(data: bytes) -> onnx.ModelProto:
     return proto
 
 
-def _tensors_with_external_data(proto: onnx.ModelProto):
-    from onnx.external_data_helper import _get_all_tensors  # noqa: PLC2701 - walks subgraphs too
+def tensors_with_external_data(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
+    from onnx.external_data_helper import _get_all_tensors  # private, but walks subgraphs too
     return [t for t in _get_all_tensors(proto) if t.data_location == onnx.TensorProto.EXTERNAL]
 
 
 def load_external_data(proto: onnx.ModelProto, folder: Path | None) -> None:
-    tensors = _tensors_with_external_data(proto)
+    tensors = tensors_with_external_data(proto)
     if not tensors:
         return
     if folder is None:
         raise CompileError("the model keeps weights in external data files; pass the path of "
                            "the .onnx file (with its data files beside it) instead of bytes")
+    budget = max_model_bytes()  # also when many tensors point at the same bytes
     for t in tensors:
-        info = {e.key: e.value for e in t.external_data}
-        path = _safe_external_path(folder, info.get("location", ""), t.name)
-        offset, length = int(info.get("offset", 0)), info.get("length")
-        with open(path, "rb") as f:
-            f.seek(offset)
-            raw = f.read(int(length)) if length is not None else f.read()
-        if length is not None and len(raw) != int(length):
-            raise CompileError(f"external data for tensor {t.name!r} in {path.name} is shorter "
-                               f"than its declared length {length}: the data file is truncated")
+        raw = _read_external(folder, t)
+        budget -= len(raw)
+        if budget < 0:
+            raise _too_large(max_model_bytes() - budget)
         t.raw_data = raw
         del t.external_data[:]
         t.data_location = onnx.TensorProto.DEFAULT
+
+
+def _read_external(folder: Path, t: onnx.TensorProto) -> bytes:
+    info = {e.key: e.value for e in t.external_data}
+    path = _safe_external_path(folder, info.get("location", ""), t.name)
+    check_tensor_proto(t, f"tensor {t.name!r}")
+    try:
+        offset = int(info.get("offset", 0))
+        length = int(info["length"]) if "length" in info else path.stat().st_size - offset
+    except ValueError:
+        raise CompileError(f"tensor {t.name!r}: external data offset/length are not "
+                           "numbers") from None
+    if offset < 0 or length < 0 or length > max_model_bytes():
+        raise CompileError(f"tensor {t.name!r}: external data offset {offset} / length "
+                           f"{length} are out of range")
+    with open(path, "rb") as f:
+        f.seek(offset)
+        raw = f.read(length)
+    if len(raw) != length:
+        raise CompileError(f"external data for tensor {t.name!r} in {path.name} is shorter "
+                           f"than its declared length {length}: the data file is truncated")
+    return raw
 
 
 def _safe_external_path(folder: Path, location: str, tensor: str) -> Path:
@@ -130,6 +156,53 @@ def _all_nodes(graph: onnx.GraphProto):
         for attr in node.attribute:
             for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
                 yield from _all_nodes(g)
+
+
+def check_opset(proto: onnx.ModelProto) -> None:
+    known = onnx.defs.onnx_opset_version()
+    for imp in proto.opset_import:
+        if imp.domain in ALLOWED_DOMAINS and not 1 <= imp.version <= known:
+            raise CompileError(f"the model imports ONNX opset {imp.version}, which does not "
+                               f"exist (this compiler knows opsets 1 to {known}); export it "
+                               "again with a released opset")
+
+
+def check_single_producers(graph: onnx.GraphProto) -> None:
+    """Every tensor of a graph has one producer: a graph input, an initializer or one node's
+    output (a subgraph is checked on its own: it may shadow names of its outer graph)."""
+    producer: dict[str, str] = {}
+    for name, who in [*((i.name, "a graph input") for i in graph.input),
+                      *((t.name, "an initializer") for t in graph.initializer)]:
+        producer.setdefault(name, who)
+    for node in graph.node:
+        label = f"node {node.name or node.op_type!r}"
+        for name in filter(None, node.output):
+            if name in producer:
+                raise CompileError(f"tensor {name!r} is written by {producer[name]} and by "
+                                   f"{label}; every tensor must have exactly one producer")
+            producer[name] = label
+        for attr in node.attribute:
+            for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                check_single_producers(g)
+
+
+def check_tensors(proto: onnx.ModelProto) -> None:
+    """Initializers and constants: shapes within the caps and data matching the shape."""
+    from onnx.external_data_helper import _get_all_tensors
+
+    for t in _get_all_tensors(proto):
+        check_tensor_proto(t, f"tensor {t.name or '(constant)'!r}")
+    for sparse in _all_sparse(proto.graph):
+        check_tensor(sparse.dims, np.uint8, f"sparse tensor {sparse.values.name!r}")
+
+
+def _all_sparse(graph: onnx.GraphProto):
+    yield from graph.sparse_initializer
+    for node in _all_nodes(graph):
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.SPARSE_TENSOR:
+                yield attr.sparse_tensor
+            yield from attr.sparse_tensors
 
 
 def model_opset(proto: onnx.ModelProto) -> int:

@@ -18,6 +18,7 @@ from onnx import helper, numpy_helper
 from ..errors import CompileError
 from ..ir import Graph, Guard, Node, Value
 from .functions import body_opset, expand, function_body, has_function, schema_defaults
+from .limits import check_tensor
 from .model_file import load_model, model_opset
 from .registry import find_converter
 
@@ -135,6 +136,7 @@ class Importer:
         for vi in real:
             v = Value(vi.name, resolve_input_shape(vi, input_shapes.get(vi.name)),
                       np_dtype(vi.type.tensor_type.elem_type))
+            check_tensor(v.shape, v.dtype, f"input {vi.name!r}")
             self.define(vi.name, v)
             values.append(v)
         return values
@@ -160,6 +162,9 @@ class Importer:
                 outputs = fn(self, inputs)
         except CompileError as exc:
             raise CompileError(f"node {node.name or node.op_type} ({node.op_type}): {exc}") from None
+        except MemoryError:
+            raise CompileError(f"node {node.name or node.op_type} ({node.op_type}) needs more "
+                               "memory than the compiler may use: check its sizes") from None
         fresh = {v for n in self.nodes[start:] for v in n.outputs}
         for name, v in zip(node.output, outputs):
             if name:
@@ -189,6 +194,7 @@ class Importer:
             return None
         if not present and find_converter(node.op_type, self.opset) is not None:
             return None
+        check_fold_outputs(node, inputs, self.opset)
         results = evaluate_node(node, [None if v is None else v.const for v in inputs], self.opset)
         return [self.const(r, name) for r, name in zip(results, node.output)]
 
@@ -225,6 +231,7 @@ class Importer:
 
     def const(self, array, name: str = "const") -> Value:
         array = np.asarray(array)
+        check_tensor(array.shape, array.dtype, f"constant {name!r}")
         if array.dtype.name not in SUPPORTED_DTYPES:
             raise CompileError(f"constant {name!r} has element type {array.dtype.name}, which is "
                                "not supported; use float16/32/64, (u)int8/16/32/64 or bool")
@@ -238,6 +245,8 @@ class Importer:
         # provisional names; convert_node renames the values that become ONNX outputs
         base = next((o for o in self.node.output if o), op) if self.node is not None else op
         names = names or [f"{base}.{op}{k}" for k in range(len(outputs))]
+        for name, (shape, dtype) in zip(names, outputs):
+            check_tensor(shape, dtype, f"tensor {name!r}")
         outs = [Value(self.unique(n), shape, dtype) for n, (shape, dtype) in zip(names, outputs)]
         label = (self.node.name or self.node.op_type) if self.node is not None else op
         self.nodes.append(Node(op, list(inputs), outs, dict(attrs or {}), label, self.guards))
@@ -292,6 +301,33 @@ def resolve_input_shape(vi: onnx.ValueInfoProto, given) -> tuple[int, ...]:
     return tuple(dims)
 
 
+SHAPE_ARGUMENT_ELEMENTS = 64  # constants small enough to be shapes, pads, repeats or scales
+
+
+def check_fold_outputs(node: onnx.NodeProto, inputs: list, opset: int) -> None:
+    """Predict the shapes a constant node would produce (ONNX shape inference, given its
+    small inputs' values) and refuse size bombs (ConstantOfShape, Expand, Tile, Pad, Range,
+    Resize of constants) before evaluating them."""
+    given = [(n, v) for n, v in zip(node.input, inputs) if n and v is not None]
+    inits = [numpy_helper.from_array(v.const, n) for n, v in given
+             if v.size <= SHAPE_ARGUMENT_ELEMENTS]
+    infos = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+             for n, v in given]
+    graph = helper.make_graph([node], "fold", infos, [helper.make_empty_tensor_value_info(o)
+                                                      for o in node.output if o], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True).graph.output
+    except Exception:  # noqa: BLE001  inference gives up on odd nodes: evaluation decides
+        return
+    for out in inferred:
+        dims = out.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") for d in dims):
+            elem = out.type.tensor_type.elem_type or onnx.TensorProto.UINT8
+            check_tensor([d.dim_value for d in dims], helper.tensor_dtype_to_np_dtype(elem),
+                         f"the folded constant {out.name!r}")
+
+
 def evaluate_node(node: onnx.NodeProto, arrays: list, opset: int) -> list[np.ndarray]:
     """Run one ONNX node on constant inputs with onnx's reference evaluator."""
     from onnx.reference import ReferenceEvaluator
@@ -305,7 +341,7 @@ def evaluate_node(node: onnx.NodeProto, arrays: list, opset: int) -> list[np.nda
     feeds = {n: a for n, a in zip(names, arrays) if n and a is not None}
     try:
         results = ReferenceEvaluator(model).run(None, feeds)
-    except Exception as exc:  # the reference evaluator raises anything; report it as a model error
+    except Exception as exc:  # noqa: BLE001  it raises anything: a model error
         raise CompileError(f"could not evaluate constant node: {exc}") from None
     results = iter(np.asarray(r) for r in results)
     return [next(results) if o else None for o in node.output]

@@ -1,3 +1,3 @@
-from .graph import Graph, Guard, Node, Value
+from .graph import Graph, Guard, Node, Value, covering
 
-__all__ = ["Graph", "Guard", "Node", "Value"]
+__all__ = ["Graph", "Guard", "Node", "Value", "covering"]

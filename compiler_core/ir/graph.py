@@ -54,11 +54,25 @@ class Node:
     attrs: dict[str, Any] = field(default_factory=dict)
     name: str = ""
     guards: tuple[Guard, ...] = ()
+    schedule: Any = None  # the kernel's knobs (kernels/schedule.py); None: not chosen yet
+    # the ONNX nodes this node computes when a pass fused several into it (see `covering`)
+    sources: tuple[str, ...] = ()
+
+    @property
+    def onnx_nodes(self) -> tuple[str, ...]:
+        return self.sources or (self.name,)
 
     def __repr__(self):
         ins = ", ".join(v.name if v is not None else "_" for v in self.inputs)
         outs = ", ".join(v.name for v in self.outputs)
         return f"{outs} = {self.op}({ins}) {self.attrs or ''}"
+
+
+def covering(*nodes: Node) -> tuple[str, ...]:
+    """The ONNX nodes that a node fused from `nodes` computes: each once, in order. Passes
+    that merge nodes set the result's `sources` to this, so per-kernel reports (meta.json)
+    can name the ONNX nodes behind every kernel."""
+    return tuple(dict.fromkeys(name for n in nodes for name in n.onnx_nodes))
 
 
 @dataclass(eq=False)

@@ -4,6 +4,13 @@ Expressions are small immutable trees (Const, Var, Load, Bin, Cmp, Un, Select, C
 statements are For / Store / If / Let / Set. Kernels are written with `KernelBuilder`, a
 context-manager front end that nests statements, and with Python operators on Expr.
 Index arithmetic is int64; buffers are flat, row-major, addressed by `buf[i, j, ...]`.
+
+Vectors: an expression has `lanes` (1 = scalar). `buf.vec(i, n)` loads n consecutive
+elements, `broadcast(e, n)` splats a scalar, and arithmetic between a vector and a scalar
+splats the scalar, so `acc + broadcast(a, 8) * w.vec(k, 8)` is one FMA on 8 lanes. Storing
+a vector writes its lanes to consecutive elements; `reduce_lanes` folds a vector to a scalar.
+Micro-kernels use them to control register tiles exactly (kernels/microkernel.py); plain
+loops leave vectorization to LLVM.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ def _dt(x) -> np.dtype:
 
 class Expr:
     dtype: np.dtype
+    lanes: int = 1
 
     def _bin(self, op, other, swap=False):
         other = as_expr(other, self.dtype)
@@ -102,6 +110,13 @@ class Buf:
     def flat(self, i) -> Expr:
         return Load(self, as_expr(i))
 
+    def vec(self, i, lanes: int, valid: int | None = None) -> Expr:
+        """Elements i .. i + lanes - 1 as one vector (a scalar load when lanes is 1); with
+        `valid`, only the first `valid` elements are read and the other lanes are 0."""
+        if lanes == 1:
+            return Load(self, as_expr(i))
+        return VLoad(self, as_expr(i), lanes, None if valid is None or valid >= lanes else valid)
+
     __hash__ = object.__hash__
 
 
@@ -125,6 +140,10 @@ class Bin(Expr):
     def dtype(self):
         return self.a.dtype
 
+    @property
+    def lanes(self):
+        return max(self.a.lanes, self.b.lanes)
+
 
 @dataclass(eq=False)
 class Cmp(Expr):
@@ -132,6 +151,10 @@ class Cmp(Expr):
     a: Expr
     b: Expr
     dtype: np.dtype = BOOL
+
+    @property
+    def lanes(self):
+        return max(self.a.lanes, self.b.lanes)
 
 
 @dataclass(eq=False)
@@ -144,6 +167,10 @@ class Un(Expr):
     def dtype(self):
         return BOOL if self.op.startswith("is") else self.a.dtype
 
+    @property
+    def lanes(self):
+        return self.a.lanes
+
 
 @dataclass(eq=False)
 class Select(Expr):
@@ -155,11 +182,19 @@ class Select(Expr):
     def dtype(self):
         return self.a.dtype
 
+    @property
+    def lanes(self):
+        return max(self.cond.lanes, self.a.lanes, self.b.lanes)
+
 
 @dataclass(eq=False)
 class Cast(Expr):
     a: Expr
     dtype: np.dtype
+
+    @property
+    def lanes(self):
+        return self.a.lanes
 
 
 @dataclass(eq=False)
@@ -168,11 +203,63 @@ class Bitcast(Expr):
     a: Expr
     dtype: np.dtype
 
+    @property
+    def lanes(self):
+        return self.a.lanes
+
+
+@dataclass(eq=False)
+class VLoad(Expr):
+    """`lanes` consecutive elements of `buf` from flat `index` on; with `valid` < lanes only
+    the first `valid` are read (a masked load: the rest may lie past the buffer's end)."""
+    buf: "Buf"
+    index: Expr
+    lanes: int
+    valid: int | None = None
+
+    @property
+    def dtype(self):
+        return self.buf.dtype
+
+
+@dataclass(eq=False)
+class Broadcast(Expr):
+    """A scalar copied into every lane."""
+    a: Expr
+    lanes: int
+
+    @property
+    def dtype(self):
+        return self.a.dtype
+
+
+@dataclass(eq=False)
+class Reduce(Expr):
+    """All lanes of a vector folded into one scalar with op (add, min, max)."""
+    op: str
+    a: Expr
+
+    @property
+    def dtype(self):
+        return self.a.dtype
+
+
+@dataclass(eq=False)
+class Extract(Expr):
+    """One lane of a vector."""
+    a: Expr
+    lane: int
+
+    @property
+    def dtype(self):
+        return self.a.dtype
+
 
 @dataclass(eq=False)
 class Local:
     name: str
     dtype: np.dtype
+    lanes: int = 1
     __hash__ = object.__hash__
 
 
@@ -183,6 +270,10 @@ class Get(Expr):
     @property
     def dtype(self):
         return self.local.dtype
+
+    @property
+    def lanes(self):
+        return self.local.lanes
 
 
 # ---------------------------------------------------------------- statements
@@ -203,6 +294,7 @@ class Store:
     buf: Buf
     index: Expr
     value: Expr
+    valid: int | None = None  # a vector value: store only its first `valid` lanes
 
 
 @dataclass(eq=False)
@@ -253,7 +345,9 @@ def _is_const(e, v=None):
 def binop(op: str, a: Expr, b: Expr) -> Expr:
     if a.dtype != b.dtype:
         raise TypeError(f"{op}: dtype mismatch {a.dtype} vs {b.dtype}")
-    if a.dtype == INDEX:  # keep index arithmetic small so LLVM sees simple strides
+    if a.lanes != b.lanes and min(a.lanes, b.lanes) != 1:
+        raise TypeError(f"{op}: {a.lanes} lanes vs {b.lanes} lanes")
+    if a.dtype == INDEX and a.lanes == b.lanes == 1:  # keep index arithmetic small so LLVM sees simple strides
         if _is_const(a) and _is_const(b) and op in _FOLD:
             return Const(_FOLD[op](a.value, b.value))
         if op == "add" and _is_const(b, 0) or op == "mul" and _is_const(b, 1):
@@ -312,6 +406,26 @@ def call(op: str, a: Expr) -> Expr:
     return Un(op, a)
 
 
+def broadcast(a, lanes: int, dtype=None) -> Expr:
+    """`a` (an Expr, or a Python number of `dtype`) in every one of `lanes` lanes."""
+    a = as_expr(a, dtype or INDEX)
+    if a.lanes != 1:
+        raise TypeError(f"broadcast of a {a.lanes}-lane vector")
+    return a if lanes == 1 else Broadcast(a, lanes)
+
+
+def extract(a: Expr, lane: int) -> Expr:
+    if not 0 <= lane < a.lanes:
+        raise IndexError(f"lane {lane} of a {a.lanes}-lane vector")
+    return a if a.lanes == 1 else Extract(a, lane)
+
+
+def reduce_lanes(op: str, a: Expr) -> Expr:
+    if op not in ("add", "min", "max"):
+        raise ValueError(f"reduce_lanes: unknown op {op!r}")
+    return a if a.lanes == 1 else Reduce(op, a)
+
+
 def logical_and(a: Expr, b: Expr) -> Expr:
     return Bin("and", a, b)
 
@@ -321,10 +435,16 @@ def logical_and(a: Expr, b: Expr) -> Expr:
 class KernelBuilder:
     """Builds one Kernel: `with kb.loop(n) as i: kb.store(out, (i,), x[i] * 2)`."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, vector_bits: int = 256):
+        """`vector_bits`: the target's SIMD register width, which sizes micro-kernel tiles."""
         self.name = name
+        self.vector_bits = vector_bits
         self.params: list[Buf] = []
         self._stack: list[list] = [[]]
+
+    def lanes(self, dtype) -> int:
+        """Elements of `dtype` in one SIMD register of the target."""
+        return max(1, self.vector_bits // (8 * _dt(dtype).itemsize))
 
     def buf(self, name: str, dtype, shape) -> Buf:
         b = Buf(name, _dt(dtype), tuple(int(s) for s in shape))
@@ -376,19 +496,24 @@ class KernelBuilder:
         with self._block(stmt.orelse):
             yield
 
-    def store(self, buf: Buf, idx, value) -> None:
+    def store(self, buf: Buf, idx, value, valid: int | None = None) -> None:
+        """Store a scalar, or a vector's lanes to consecutive elements (only the first
+        `valid` of them when given)."""
         value = as_expr(value, buf.dtype)
         if value.dtype != buf.dtype:
             raise TypeError(f"store {value.dtype} into {buf.name}: {buf.dtype}")
         index = buf.offset(idx) if isinstance(idx, tuple) else as_expr(idx)
-        self.emit(Store(buf, index, value))
+        masked = valid is not None and valid < value.lanes
+        self.emit(Store(buf, index, value, valid if masked else None))
 
-    def store_flat(self, buf: Buf, i, value) -> None:
-        self.store(buf, as_expr(i), value)
+    def store_flat(self, buf: Buf, i, value, valid: int | None = None) -> None:
+        self.store(buf, as_expr(i), value, valid)
 
-    def local(self, dtype, init, name="acc") -> Local:
-        loc = Local(f"{name}{next(_counter)}", _dt(dtype))
-        self.emit(Let(loc, as_expr(init, loc.dtype)))
+    def local(self, dtype, init, name="acc", lanes: int = 1) -> Local:
+        """A mutable variable; `lanes` > 1 makes it a vector (a scalar init is splatted)."""
+        loc = Local(f"{name}{next(_counter)}", _dt(dtype), lanes)
+        init = as_expr(init, loc.dtype)
+        self.emit(Let(loc, broadcast(init, lanes) if init.lanes != lanes else init))
         return loc
 
     def set(self, loc: Local, value) -> None:

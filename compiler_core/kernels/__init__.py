@@ -3,11 +3,13 @@ from . import einsum  # noqa: F401
 from . import misc, sampling, signal  # noqa: F401  (misc ops)
 from . import elementwise  # noqa: F401
 from . import quantize  # noqa: F401
-from . import conv, matmul, norm, pool  # noqa: F401  (nn ops)
+from . import conv, matmul, norm, packed_gemm, pool  # noqa: F401  (nn ops)
 from . import recurrent  # noqa: F401
 from . import reduce  # noqa: F401
 from . import tensor  # noqa: F401
 from . import resize  # noqa: F401
-from .registry import LOWERINGS, kernel_params, lower_node, lowering
+from .registry import (LOWERINGS, add_error_flags, error_message, has_error_flag,
+                       kernel_params, lower_node, lowering)
 
-__all__ = ["LOWERINGS", "kernel_params", "lower_node", "lowering"]
+__all__ = ["LOWERINGS", "add_error_flags", "error_message", "has_error_flag", "kernel_params",
+           "lower_node", "lowering"]

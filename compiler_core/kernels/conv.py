@@ -22,7 +22,8 @@ import math
 import numpy as np
 
 from ..ir.loops import Get, as_expr, logical_and, maximum, minimum, select
-from .matmul import GemmShape, Operand, Output, apply_activation, emit_gemm
+from .epilogue import apply_activation
+from .matmul import GemmShape, Operand, Output, emit_gemm
 from .registry import lowering
 
 

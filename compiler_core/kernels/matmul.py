@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from ..ir.loops import INDEX, Buf, Expr, Get, as_expr, minimum, select
+from .epilogue import apply_activation
 from .registry import lowering
 
 MAX_MR = 6
@@ -245,16 +246,3 @@ def _broadcast2(shape, m, n) -> tuple:
     """Index into a C operand of rank <= 2 that broadcasts to (M, N)."""
     full = [m, n][2 - len(shape):]
     return tuple(as_expr(0) if d == 1 else i for d, i in zip(shape, full))
-
-
-def apply_activation(name: str | None, value: Expr) -> Expr:
-    """Activations fused into a producer's store (see passes/fuse_activation.py)."""
-    if not name:
-        return value
-    if name == "Relu":
-        # a select, not llvm.maximum: AVX2 has no cheap NaN-propagating max, and an epilogue
-        # the SLP vectorizer finds expensive leaves the whole register tile scalar.
-        # NaN < 0 is false, so NaN still propagates as ONNX's Relu requires.
-        zero = as_expr(0.0, value.dtype)
-        return select(value < zero, zero, value)
-    raise ValueError(f"unknown fused activation {name!r}")

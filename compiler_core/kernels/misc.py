@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.loops import INDEX, Expr, as_expr, bitcast, call, cast, select
+from .bounds import IndexCheck
 from .registry import lowering
 
 F64 = np.dtype(np.float64)
@@ -135,27 +136,27 @@ def lower_det(node, kb, ins, outs):
 
 # ---------------------------------------------------------------- MaxUnpool
 
-@lowering("MaxUnpool")
+@lowering("MaxUnpool", checks="an index is outside the unpooled tensor")
 def lower_max_unpool(node, kb, ins, outs):
     """Scatter each value to its recorded flat index in the unpooled shape; when the
     requested output is larger, the unpooled tensor sits in its leading corner."""
-    (x, indices), y = ins, outs[0]
+    (x, indices), (y, flag) = ins, outs
     pooled = tuple(node.attrs["pooled_shape"])
     pooled_size = int(np.prod(pooled))
     with kb.loop(y.size) as i:
         kb.store_flat(y, i, as_expr(0, y.dtype))
+    check = IndexCheck(kb, flag)
     with kb.loop(x.size) as i:
-        at = kb.local(INDEX, cast(indices.flat(i), INDEX), "at")
-        # a corrupt index is dropped rather than written outside the output
-        with kb.if_((kb.get(at) >= 0) & (kb.get(at) < pooled_size)):
-            if pooled == y.shape:
-                kb.store_flat(y, kb.get(at), x.flat(i))
-            else:
-                coords, rest = [], kb.get(at)
-                for n in reversed(pooled):
-                    coords.insert(0, rest % n)
-                    rest = rest // n
-                kb.store(y, tuple(coords), x.flat(i))
+        at = kb.local(INDEX, check.index(indices.flat(i), pooled_size, wrap=False), "at")
+        if pooled == y.shape:
+            kb.store_flat(y, kb.get(at), x.flat(i))
+        else:
+            coords, rest = [], kb.get(at)
+            for n in reversed(pooled):
+                coords.insert(0, rest % n)
+                rest = rest // n
+            kb.store(y, tuple(coords), x.flat(i))
+    check.finish()
 
 
 # ---------------------------------------------------------------- Col2Im

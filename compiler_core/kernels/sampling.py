@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 
 from ..ir.loops import BOOL, INDEX, as_expr, call, cast, maximum, minimum, select
+from .bounds import IndexCheck
 from .registry import lowering
 
 CUBIC_ALPHA = -0.75  # Keys' cubic convolution, as PyTorch and ONNX use
@@ -11,6 +12,12 @@ CUBIC_ALPHA = -0.75  # Keys' cubic convolution, as PyTorch and ONNX use
 
 def _clamp(i, lo, hi):
     return minimum(maximum(i, lo), hi)
+
+
+def _tame(v, lo: float, hi: float):
+    """A coordinate from run-time data, kept where converting it to an index is defined:
+    NaN and anything below `lo` become `lo`, anything above `hi` becomes `hi`."""
+    return select(v > hi, hi, select(v >= lo, v, lo))
 
 
 def _reflect(kb, v, lo: float, hi: float):
@@ -55,7 +62,7 @@ class _GridAxis:
                                   self.kb.get(v)))
         elif self.padding == "reflection":
             self.kb.set(v, _reflect(self.kb, self.kb.get(v), self.lo, self.hi))
-        return self.kb.get(v)
+        return _tame(self.kb.get(v), self.lo - 4.0, self.hi + 4.0)
 
     def taps(self, v) -> list[tuple]:
         """[(pixel index, weight or None)] of the interpolation along this axis."""
@@ -163,13 +170,13 @@ def _samples_per_bin(ratio: int, extent, bins: int):
     if ratio > 0:
         return as_expr(ratio)
     # sampling_ratio 0: as many samples as the bin is pixels wide, rounded up
-    return cast(call("ceil", extent / float(bins)), INDEX)
+    return cast(call("ceil", _tame(extent / float(bins), 0.0, float(2**31))), INDEX)
 
 
 def _bilinear_corners(kb, pos, size, dtype):
     """[(index, weight), (index, weight)] of a bilinear read along one axis, clamped as
     Caffe2/ONNX do: negative positions read pixel 0, positions past the end the last pixel."""
-    pos = kb.local(dtype, maximum(pos, 0.0), "pos")
+    pos = kb.local(dtype, _tame(pos, 0.0, float(size)), "pos")
     low = kb.local(INDEX, cast(kb.get(pos), INDEX), "low")
     at_end = kb.get(low) >= size - 1
     kb.set(low, select(at_end, as_expr(size - 1), kb.get(low)))
@@ -182,20 +189,22 @@ def _roi_sample(kb, x, b, c, yy, xx):
     """Products weight * pixel of the four corners around (yy, xx); zeros outside the map."""
     height, width = x.shape[2:]
     dtype = x.dtype
-    outside = (yy < -1.0) | (yy > float(height)) | (xx < -1.0) | (xx > float(width))
+    inside = (yy >= -1.0) & (yy <= float(height)) & (xx >= -1.0) & (xx <= float(width))
+    outside = ~inside  # NaN positions too
     rows = _bilinear_corners(kb, yy, height, dtype)
     cols = _bilinear_corners(kb, xx, width, dtype)
     return [select(outside, 0.0, wy * wx * x[b, c, iy, ix])
             for (iy, wy), (ix, wx) in itertools.product(rows, cols)]
 
 
-@lowering("RoiAlign")
+@lowering("RoiAlign", checks="a batch index is outside the input's batch")
 def lower_roi_align(node, kb, ins, outs):
-    (x, rois, batch_indices), y = ins, outs[0]
+    (x, rois, batch_indices), (y, flag) = ins, outs
     mode, dtype = node.attrs["mode"], x.dtype
     out_hw = y.shape[2:]
+    check = IndexCheck(kb, flag)
     with kb.loop(y.shape[0]) as r:
-        b = kb.local(INDEX, cast(batch_indices[(r,)], INDEX), "batch")
+        b = kb.local(INDEX, check.index(batch_indices[(r,)], x.shape[0], wrap=False), "batch")
         box = _RoiBox(kb, rois, r, node.attrs, out_hw, dtype)
         count = maximum(box.samples[0] * box.samples[1], 1)
         with kb.loops(y.shape[1:]) as (c, ph, pw):
@@ -213,6 +222,7 @@ def lower_roi_align(node, kb, ins, outs):
                     kb.set(seen, True)
             result = kb.get(acc) / cast(count, dtype) if mode == "avg" else kb.get(acc)
             kb.store(y, (r, c, ph, pw), result)
+    check.finish()
 
 
 def _sum(values):

@@ -2,7 +2,8 @@
 
 Converters normalise attributes (non-negative axes, full-rank starts/steps/pads), so these
 lowerings only turn index maps into loop nests. Index tensors (Gather, Scatter*, OneHot, ...)
-are runtime data: negative indices are wrapped with select() as the kernel runs.
+are runtime data: negative indices are wrapped as the kernel runs, and every index that
+addresses memory is checked (kernels/bounds.py).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.loops import INDEX, as_expr, broadcast_index, cast, maximum, minimum, select
+from .bounds import IndexCheck
 from .registry import lowering
 
 
@@ -120,32 +122,41 @@ def lower_tile(node, kb, ins, outs):
 
 # ---------------------------------------------------------------- gathers
 
-@lowering("Gather")
+OUT_OF_RANGE = "an index is out of range for the axis it indexes (ONNX allows -n..n-1)"
+
+
+@lowering("Gather", checks=OUT_OF_RANGE)
 def lower_gather(node, kb, ins, outs):
-    (x, indices), y, axis = ins, outs[0], node.attrs["axis"]
+    (x, indices), (y, flag), axis = ins, outs, node.attrs["axis"]
     k = len(indices.shape)
+    check = IndexCheck(kb, flag)
     with kb.loops(y.shape) as idx:
-        pos = wrap_index(indices[idx[axis:axis + k]], x.shape[axis])
+        pos = check.index(indices[idx[axis:axis + k]], x.shape[axis])
         kb.store(y, idx, x[(*idx[:axis], pos, *idx[axis + k:])])
+    check.finish()
 
 
-@lowering("GatherElements")
+@lowering("GatherElements", checks=OUT_OF_RANGE)
 def lower_gather_elements(node, kb, ins, outs):
-    (x, indices), y, axis = ins, outs[0], node.attrs["axis"]
+    (x, indices), (y, flag), axis = ins, outs, node.attrs["axis"]
+    check = IndexCheck(kb, flag)
     with kb.loops(y.shape) as idx:
-        pos = wrap_index(indices[idx], x.shape[axis])
+        pos = check.index(indices[idx], x.shape[axis])
         kb.store(y, idx, x[replace_at(idx, axis, pos)])
+    check.finish()
 
 
-@lowering("GatherND")
+@lowering("GatherND", checks=OUT_OF_RANGE)
 def lower_gather_nd(node, kb, ins, outs):
-    (x, indices), y, batch = ins, outs[0], node.attrs["batch_dims"]
+    (x, indices), (y, flag), batch = ins, outs, node.attrs["batch_dims"]
     depth = indices.shape[-1]
     lead = len(indices.shape) - 1  # output dims that walk the index tuples
+    check = IndexCheck(kb, flag)
     with kb.loops(y.shape) as idx:
         src = [indices[(*idx[:lead], as_expr(d))] for d in range(depth)]
-        src = [wrap_index(e, x.shape[batch + d]) for d, e in enumerate(src)]
+        src = [check.index(e, x.shape[batch + d]) for d, e in enumerate(src)]
         kb.store(y, idx, x[(*idx[:batch], *src, *idx[lead:])])
+    check.finish()
 
 
 # ---------------------------------------------------------------- scatters
@@ -160,25 +171,30 @@ def _combine(reduction: str, old, new):
     return maximum(old, new) if reduction == "max" else minimum(old, new)
 
 
-@lowering("ScatterND")
+@lowering("ScatterND", checks=OUT_OF_RANGE)
 def lower_scatter_nd(node, kb, ins, outs):
-    (data, indices, updates), y = ins, outs[0]
+    (data, indices, updates), (y, flag) = ins, outs
     depth = indices.shape[-1]
     lead = len(indices.shape) - 1
     copy_flat(kb, data, y)
+    check = IndexCheck(kb, flag)
     with kb.loops(updates.shape) as idx:
-        dst = [wrap_index(indices[(*idx[:lead], as_expr(d))], data.shape[d]) for d in range(depth)]
+        dst = [check.index(indices[(*idx[:lead], as_expr(d))], data.shape[d])
+               for d in range(depth)]
         dst = (*dst, *idx[lead:])
         kb.store(y, dst, _combine(node.attrs["reduction"], y[dst], updates[idx]))
+    check.finish()
 
 
-@lowering("ScatterElements")
+@lowering("ScatterElements", checks=OUT_OF_RANGE)
 def lower_scatter_elements(node, kb, ins, outs):
-    (data, indices, updates), y, axis = ins, outs[0], node.attrs["axis"]
+    (data, indices, updates), (y, flag), axis = ins, outs, node.attrs["axis"]
     copy_flat(kb, data, y)
+    check = IndexCheck(kb, flag)
     with kb.loops(updates.shape) as idx:
-        dst = replace_at(idx, axis, wrap_index(indices[idx], data.shape[axis]))
+        dst = replace_at(idx, axis, check.index(indices[idx], data.shape[axis]))
         kb.store(y, dst, _combine(node.attrs["reduction"], y[dst], updates[idx]))
+    check.finish()
 
 
 # ---------------------------------------------------------------- padding
@@ -328,13 +344,15 @@ def _cumsum_along(kb, x, y, axis: int, exclusive: bool, reverse: bool):
                 kb.store(y, (*lead, pos, *tail), y[(*lead, prev, *tail)] + added)
 
 
-@lowering("ReverseSequence")
+@lowering("ReverseSequence", checks="a sequence length is out of range (0 to the time axis)")
 def lower_reverse_sequence(node, kb, ins, outs):
-    (x, lengths), y = ins, outs[0]
+    (x, lengths), (y, flag) = ins, outs
     batch_axis, time_axis = node.attrs["batch_axis"], node.attrs["time_axis"]
+    check = IndexCheck(kb, flag)
     with kb.loops(y.shape) as idx:
-        length = cast(lengths[(idx[batch_axis],)], INDEX)
+        length = check.within(cast(lengths[(idx[batch_axis],)], INDEX), 0, x.shape[time_axis])
         t = idx[time_axis]
         src = replace_at(idx, time_axis, select(t < length, length - 1 - t, t))
         kb.store(y, idx, x[src])
+    check.finish()
 

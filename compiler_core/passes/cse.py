@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Value
+from ..ir import Graph, Node, Value, covering
 
 
 def _attr_key(v):
@@ -18,16 +18,17 @@ def _attr_key(v):
 
 def eliminate_common_subexpressions(graph: Graph) -> Graph:
     replace: dict[Value, Value] = {}
-    seen: dict[tuple, list[Value]] = {}
+    seen: dict[tuple, Node] = {}
     kept = []
     for n in graph.nodes:
         n.inputs = [replace.get(v, v) if v is not None else None for v in n.inputs]
         key = (n.op, tuple(id(v) for v in n.inputs), _attr_key(n.attrs),
                tuple((id(g.cond), g.when) for g in n.guards))
         if key in seen and not any(v in graph.outputs for v in n.outputs):
-            replace.update(zip(n.outputs, seen[key]))
+            replace.update(zip(n.outputs, seen[key].outputs))
+            seen[key].sources = covering(seen[key], n)  # it computes both now
             continue
-        seen.setdefault(key, n.outputs)
+        seen.setdefault(key, n)
         kept.append(n)
     outputs = [replace.get(v, v) for v in graph.outputs]
     return Graph(graph.inputs, outputs, kept, graph.name, graph.opset)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Node, Value
+from ..ir import Graph, Node, Value, covering
 
 FOLDS_INTO = {"Conv", "Gemm"}
 AFFINE_OPS = {"BatchNormalization", "Mul", "Add", "Sub", "Div"}
@@ -47,7 +47,10 @@ def _try_fold(nodes: list[Node], k: int, outputs: set[Value]):
     if affine is None:
         return None
     node = _scaled(producer, *affine, consumer.outputs[0])
-    return None if node is None else (k, readers[0], node)
+    if node is None:
+        return None
+    node.sources = covering(producer, consumer)
+    return k, readers[0], node
 
 
 def _channels(producer: Node) -> int:

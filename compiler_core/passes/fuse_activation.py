@@ -8,9 +8,9 @@ memory either (kernels/matmul.apply_activation, kernels/conv.lower_conv).
 """
 from __future__ import annotations
 
-from ..ir import Graph, Node, Value
+from ..ir import Graph, Node, Value, covering
 
-PRODUCERS = {"Conv", "Gemm"}
+PRODUCERS = {"Conv", "Gemm", "PackedGemm"}
 ACTIVATIONS = {"Relu"}
 ADDS = {"Add", "Sum"}
 
@@ -37,7 +37,7 @@ def _fuse_residual(graph: Graph) -> Graph:
             continue
         inputs = list(n.inputs) + [None] * (4 - len(n.inputs)) + [other]
         replaced[add] = Node(n.op, inputs, [add.outputs[0], *n.outputs[1:]], dict(n.attrs),
-                             n.name)
+                             n.name, sources=covering(n, add))
         absorbed.add(n)
     nodes = [replaced.get(n, n) for n in graph.nodes if n not in absorbed]
     return Graph(graph.inputs, graph.outputs, nodes, graph.name, graph.opset)
@@ -69,7 +69,8 @@ def _fuse_relu(graph: Graph) -> Graph:
         act = readers[0]
         if act.op in ACTIVATIONS and not act.guards and act.inputs[0] is y:
             rewritten[n] = Node(n.op, list(n.inputs), [act.outputs[0], *n.outputs[1:]],
-                                dict(n.attrs, activation=act.op), n.name)
+                                dict(n.attrs, activation=act.op), n.name,
+                                sources=covering(n, act))
             absorbed.add(act)
     nodes = [rewritten.get(n, n) for n in graph.nodes if n not in absorbed]
     return Graph(graph.inputs, graph.outputs, nodes, graph.name, graph.opset)

@@ -7,7 +7,7 @@ A Fused node's attrs["program"] is a list of steps (op, attrs, args); each arg i
 """
 from __future__ import annotations
 
-from ..ir import Graph, Node, Value
+from ..ir import Graph, Node, Value, covering
 from ..kernels.elementwise import SCALAR
 
 
@@ -19,6 +19,7 @@ class _Group:
     def __init__(self):
         self.inputs: list[Value] = []
         self.program: list[tuple] = []
+        self.nodes: list[Node] = []  # the nodes fused, for their ONNX names
 
     def input_ref(self, v: Value) -> tuple:
         for k, u in enumerate(self.inputs):
@@ -35,6 +36,7 @@ class _Group:
             args = [None if a is None else remap[a] if a[0] == "input" else ("step", a[1] + step_base)
                     for a in args]
             self.program.append((op, attrs, args))
+        self.nodes += other.nodes
         return ("step", len(self.program) - 1)
 
 
@@ -56,6 +58,7 @@ def fuse_elementwise(graph: Graph) -> Graph:
             else:
                 args.append(None if v is None else group.input_ref(v))
         group.program.append((n.op, n.attrs, args))
+        group.nodes.append(n)
         groups[n] = group
         producer[n.outputs[0]] = n
     nodes = [_rebuild(n, groups.get(n)) for n in graph.nodes if n not in absorbed]
@@ -71,4 +74,5 @@ def _rebuild(n: Node, group: _Group | None) -> Node:
     if group is None or len(group.program) == 1:
         return n
     ops = "+".join(step[0] for step in group.program)
-    return Node("Fused", group.inputs, n.outputs, {"program": group.program, "ops": ops}, n.name)
+    return Node("Fused", group.inputs, n.outputs, {"program": group.program, "ops": ops}, n.name,
+                sources=covering(*group.nodes))

@@ -1,5 +1,9 @@
-"""Pre-pack constant convolution weights into the order the GEMM tiles read them.
+"""Pre-pack constant weights into the order the kernels read them, as their schedules say.
 
+PackedGemm: W (K, N) becomes panels of the schedule's width (kernels/packed_gemm.py) and
+the bias is zero-padded to whole panels.
+
+Conv:
 A register tile multiplies MR output channels at a time and walks k; in W's own layout
 (OC, K) its MR weights per k lie in MR rows far apart, i.e. MR separate memory streams. The
 packed layout puts them next to each other:
@@ -9,15 +13,33 @@ Runs after fold_batchnorm, which needs the weights in ONNX layout.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..ir import Graph, Node, Value
 from ..kernels.matmul import MAX_MR, SMALL_N
+from ..kernels.packed_gemm import pack_panels
 
 
 def pack_weights(graph: Graph) -> Graph:
     nodes = [_packed(n) if _packable(n) else n for n in graph.nodes]
+    nodes = [_packed_dense(n) if n.op == "PackedGemm" and not n.attrs.get("packed") else n
+             for n in nodes]
     return Graph(graph.inputs, graph.outputs, nodes, graph.name, graph.opset)
+
+
+def _packed_dense(n: Node) -> Node:
+    w, bias = n.inputs[1], n.inputs[2]
+    sched = n.schedule
+    panels = pack_panels(w.const, sched)
+    inputs = list(n.inputs)
+    inputs[1] = Value(f"{w.name}_panels", panels.shape, w.dtype, const=panels)
+    if bias is not None:
+        padded = np.zeros(panels.shape[0] * sched.width, bias.dtype)
+        padded[:bias.shape[0]] = bias.const
+        inputs[2] = Value(f"{bias.name}_padded", padded.shape, bias.dtype, const=padded)
+    return dataclasses.replace(n, inputs=inputs, attrs=dict(n.attrs, packed=True))
 
 
 def _packable(n: Node) -> bool:
@@ -47,4 +69,4 @@ def _packed(n: Node) -> Node:
     packed = Value(f"{w.name}_packed", data.shape, w.dtype, const=data)
     inputs = list(n.inputs)
     inputs[1] = packed
-    return Node(n.op, inputs, list(n.outputs), dict(n.attrs, packed_mr=mr), n.name, n.guards)
+    return dataclasses.replace(n, inputs=inputs, attrs=dict(n.attrs, packed_mr=mr))

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..codegen.target_machine import MachineSpec, host_spec
 from ..ir import Graph
+from .assign_schedules import assign_schedules_for
 from .cse import eliminate_common_subexpressions
+from .dense_weights import use_packed_gemm
 from .dce import eliminate_dead_code
 from .finalize_outputs import finalize_outputs
 from .fold_batchnorm import fold_batchnorm
@@ -14,22 +17,26 @@ from .pack_weights import pack_weights
 
 Pass = Callable[[Graph], Graph]
 
-PIPELINES: dict[str, list[Pass]] = {
-    "O0": [finalize_outputs, eliminate_dead_code],
-    "O1": [eliminate_dead_code, fold_batchnorm, fuse_activation, eliminate_common_subexpressions,
-           finalize_outputs, eliminate_dead_code, pack_weights],
+# Entries are passes, or factories `(spec) -> pass` for the passes that follow the target
+# (marked by the `_for` suffix of their names).
+PIPELINES: dict[str, list] = {
+    "O0": [finalize_outputs, eliminate_dead_code, assign_schedules_for],
+    "O1": [eliminate_dead_code, fold_batchnorm, use_packed_gemm, fuse_activation,
+           eliminate_common_subexpressions, finalize_outputs, eliminate_dead_code,
+           assign_schedules_for, pack_weights],
 }
 PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise]
 PIPELINES["O3"] = PIPELINES["O2"]
 
 
-def get_pipeline(name: str) -> list[Pass]:
+def get_pipeline(name: str, spec: MachineSpec | None = None) -> list[Pass]:
     if name not in PIPELINES:
         raise ValueError(f"unknown pipeline {name!r}; valid: {', '.join(sorted(PIPELINES))}")
-    return PIPELINES[name]
+    spec = spec or host_spec()
+    return [p(spec) if p.__name__.endswith("_for") else p for p in PIPELINES[name]]
 
 
-def run_pipeline(graph: Graph, opt_level: int) -> Graph:
-    for p in get_pipeline(f"O{min(max(opt_level, 0), 3)}"):
+def run_pipeline(graph: Graph, opt_level: int, spec: MachineSpec | None = None) -> Graph:
+    for p in get_pipeline(f"O{min(max(opt_level, 0), 3)}", spec):
         graph = p(graph)
     return graph

@@ -1,23 +1,29 @@
-"""Load an artifact directory and run it through its C ABI (ctypes)."""
+"""Load an artifact directory and run it through its C ABI (ctypes).
+
+`load` looks at model.so's ELF header: an artifact built for this CPU's architecture is
+loaded into the process; one built for another (aarch64 on an x86-64 worker) cannot be, so
+`load` returns an EmulatedModel instead, whose `run` gives the same outputs through user-mode
+emulation (runtime/emulation.py) — seconds per call, for checking correctness only.
+"""
 from __future__ import annotations
 
 import ctypes
-import json
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import RuntimeInputError
+from ..codegen.target_machine import host_spec
+from .artifact_dir import check_feeds, empty_outputs, model_error, read_meta
+from .elf import elf_arch
+from .emulation import EmulatedModel
 
 
 class LoadedModel:
+    emulated = False
+
     def __init__(self, directory, threads: int = 1):
         directory = Path(directory)
-        meta_path = directory / "meta.json"
-        if not meta_path.is_file() or not (directory / "model.so").is_file():
-            raise FileNotFoundError(f"{directory} is not a Tensorforge artifact directory "
-                                    "(model.so and meta.json expected)")
-        self.meta = json.loads(meta_path.read_text())
+        self.meta = read_meta(directory)
         self.directory = directory
         self.threads = max(int(threads), 1)
         self._lib = ctypes.CDLL(str((directory / "model.so").resolve()))
@@ -34,34 +40,18 @@ class LoadedModel:
         self.outputs = self.meta["outputs"]
 
     def _check(self, feeds: dict) -> list[np.ndarray]:
-        names = [s["name"] for s in self.inputs]
-        missing = [n for n in names if n not in feeds]
-        extra = [n for n in feeds if n not in names]
-        if missing or extra:
-            raise RuntimeInputError(f"inputs must be exactly {names}; missing {missing}, "
-                                    f"unexpected {extra}")
-        arrays = []
-        for spec in self.inputs:
-            a = np.asarray(feeds[spec["name"]])
-            if list(a.shape) != spec["shape"]:
-                raise RuntimeInputError(f"input {spec['name']!r} has shape {list(a.shape)}, the "
-                                        f"model was compiled for {spec['shape']}")
-            if a.dtype != np.dtype(spec["dtype"]):
-                raise RuntimeInputError(f"input {spec['name']!r} has dtype {a.dtype}, the model "
-                                        f"expects {spec['dtype']}")
-            arrays.append(np.ascontiguousarray(a))
-        return arrays
+        return check_feeds(self.inputs, feeds)
 
     def run(self, feeds: dict) -> dict[str, np.ndarray]:
         arrays = self._check(feeds)
-        outs = [np.empty(s["shape"], np.dtype(s["dtype"])) for s in self.outputs]
+        outs = empty_outputs(self.outputs)
         self.run_into(arrays, outs)
         return {s["name"]: o for s, o in zip(self.outputs, outs)}
 
     def profile(self, feeds: dict, runs: int = 10) -> list[dict]:
         """Mean wall time of each kernel over `runs` runs, in model order."""
         arrays = self._check(feeds)
-        outs = [np.empty(s["shape"], np.dtype(s["dtype"])) for s in self.outputs]
+        outs = empty_outputs(self.outputs)
         fn = self._lib.tf_profile
         fn.restype = ctypes.c_int
         count = len(self.meta["kernels"])
@@ -76,22 +66,33 @@ class LoadedModel:
     def run_into(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
         self.bind(arrays, outs)()
 
+    def bind_feeds(self, feeds: dict):
+        """`bind` on checked copies of `feeds` and fresh output buffers (call.buffers[1])."""
+        outs = [np.empty(s["shape"], np.dtype(s["dtype"])) for s in self.outputs]
+        return self.bind(self._check(feeds), outs)
+
+    def outputs_of(self, call) -> dict[str, np.ndarray]:
+        """What a bound call last wrote, by output name."""
+        return {s["name"]: o for s, o in zip(self.outputs, call.buffers[1])}
+
     def bind(self, arrays: list[np.ndarray], outs: list[np.ndarray]):
         """A no-argument call running the model on these exact buffers (the benchmark path:
         marshalling pointers per call would cost more than a small model's whole run)."""
         ins = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         outp = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
-        run, arena = self._run, ctypes.c_void_p(self._arena_ptr)
-        messages = self.meta.get("runtime_errors", [])
+        run, arena, meta = self._run, ctypes.c_void_p(self._arena_ptr), self.meta
 
         def call():
             rc = run(ins, outp, arena)
             if rc != 0:
-                known = 0 < rc <= len(messages)
-                raise RuntimeInputError(messages[rc - 1] if known else f"model error code {rc}")
+                raise model_error(meta, rc)
         call.buffers = (arrays, outs)  # the buffers must live as long as the call
         return call
 
 
-def load(directory, threads: int = 1) -> LoadedModel:
+def load(directory, threads: int = 1) -> LoadedModel | EmulatedModel:
+    """The artifact, in this process when it is built for this CPU, else under emulation."""
+    so = Path(directory) / "model.so"
+    if so.is_file() and elf_arch(so) != host_spec().arch:
+        return EmulatedModel(directory, threads)
     return LoadedModel(directory, threads)

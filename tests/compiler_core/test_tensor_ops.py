@@ -108,7 +108,7 @@ def test_depth_space_round_trip(mode):
     ([5], [1], [2], [1]),                 # empty
 ])
 def test_slice(starts, ends, axes, steps):
-    i = lambda v: np.array(v, I64)  # noqa: E731
+    i = lambda v: np.array(v, I64)
     check("Slice", rand(4, 3, 5), consts=[("s", i(starts)), ("e", i(ends)), ("a", i(axes)),
                                           ("t", i(steps))])
 

@@ -6,7 +6,7 @@ import signal
 import sys
 import time
 
-from workers import child
+from sandbox import child
 
 
 def faulty_bench(args: dict) -> dict:

@@ -14,7 +14,8 @@ def test_submit_creates_a_queued_job(api, uploaded, no_enqueue):
     assert resp.status_code == 201
     body = resp.json()
     assert body["state"] == "queued" and body["id"]
-    assert body["input_shapes"] == {"x": [4, 256]} and body["tuning"] == {"trials": 8}
+    assert body["input_shapes"] == {"x": [4, 256]}
+    assert body["tuning"] == {"trials": 8, "seconds": None}
     assert [j.id for j in no_enqueue] == [CompileJob.objects.get().id]
     assert body["stages"] == ["validate", "optimize", "tune", "build", "benchmark", "package",
                               "upload"]

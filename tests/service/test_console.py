@@ -6,7 +6,7 @@ from django.test import Client
 
 from tests.service import onnx_models
 from webapp.accounts.models import ApiToken
-from webapp.jobs.models import CompileJob
+from webapp.jobs.models import Artifact, CompileJob
 
 RESULTS = {
     "compiled": {"median_ms": 0.5, "mean_ms": 0.52, "p90_ms": 0.6, "p99_ms": 0.7, "min_ms": 0.4,
@@ -68,8 +68,11 @@ def test_job_page_shows_chart_speedup_kernels_and_live_fragment(browser, api, up
     assert 'data-live="true"' in live and "Waiting for a worker" in live
     CompileJob.objects.filter(pk=job_id).update(state="succeeded", stage="upload",
                                                 progress=1.0, results=RESULTS)
+    Artifact.objects.create(job_id=job_id, name="package.tar.gz", size=3, sha256="ab" * 32,
+                            storage_key=f"jobs/{job_id}/package.tar.gz")
     page = browser.get(f"/jobs/{job_id}/").content.decode()
     assert "<svg" in page and "2.00×" in page and "k0_Add" in page
+    assert f"/api/v1/jobs/{job_id}/artifacts/package.tar.gz" in page
     assert 'data-live="false"' in page
     compare = browser.get(f"/models/{uploaded['id']}/compare/?job={job_id}").content.decode()
     assert "<svg" in compare and "2.00×" in compare

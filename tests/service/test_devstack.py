@@ -1,5 +1,6 @@
-"""`make run`'s stack: comes up with its own Redis and S3, answers /healthz, and Ctrl-C
-stops every process it started while keeping the data."""
+"""`make run`'s stack: comes up with its own Redis and S3, answers /healthz, gives a working
+API token to `manage.py create_api_token` typed in a second shell with no variables set,
+and Ctrl-C stops every process it started while keeping the data."""
 import json
 import os
 import re
@@ -12,6 +13,17 @@ import urllib.request
 import psutil
 
 from webapp import devstack
+
+
+def token_from_a_second_shell(var_dir) -> str:
+    """The README's token command in a shell that has none of the stack's variables."""
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
+    if var_dir != devstack.REPO / "var":
+        env["TENSORFORGE_VAR_DIR"] = str(var_dir)  # the only difference from `make run`'s
+    done = subprocess.run([sys.executable, "manage.py", "create_api_token", "admin"],
+                          cwd=devstack.REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 def test_stack_starts_reports_healthy_and_stops_cleanly(tmp_path):
@@ -40,6 +52,11 @@ def test_stack_starts_reports_healthy_and_stops_cleanly(tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
             health = json.loads(r.read())
         assert health["status"] == "ok", health
+        token = token_from_a_second_shell(tmp_path / "var")
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/models",
+                                         headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            assert json.loads(r.read())["count"] == 0
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(90)

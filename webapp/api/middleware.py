@@ -15,6 +15,17 @@ def _is_api(request) -> bool:
     return request.path.startswith("/api/") or request.path == "/healthz"
 
 
+def _as_json(request, response) -> JsonResponse:
+    status = response.status_code
+    message = MESSAGES.get(status, "error")
+    if status == 405:
+        message = f"method {request.method} not allowed; use {response.get('Allow', '')}"
+    replacement = JsonResponse({"error": message}, status=status)
+    if response.has_header("Allow"):
+        replacement["Allow"] = response["Allow"]
+    return replacement
+
+
 class JsonErrorsForApiMiddleware:
     def __init__(self, get_response):
         self.get_response = get_response
@@ -23,8 +34,7 @@ class JsonErrorsForApiMiddleware:
         response = self.get_response(request)
         if (_is_api(request) and response.status_code >= 400
                 and not response.get("Content-Type", "").startswith("application/json")):
-            status = response.status_code
-            return JsonResponse({"error": MESSAGES.get(status, "error")}, status=status)
+            return _as_json(request, response)
         return response
 
     def process_exception(self, request, exception):

@@ -3,36 +3,31 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.paginator import EmptyPage, Paginator
+from ninja import Schema
+from pydantic import Field
 
-from webapp.jobs.errors import RequestError
+from webapp.jobs.errors import NotFound
 
 MAX_PAGE_SIZE = 100
 
 
-def _positive(request, key: str, default: int) -> int:
-    raw = request.GET.get(key, default)
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise RequestError(f"{key} must be a positive integer, got {raw!r}") from None
-    if value < 1:
-        raise RequestError(f"{key} must be a positive integer, got {value}")
-    return value
+class PageParams(Schema):
+    page: int = Field(1, ge=1)
+    page_size: int = Field(default_factory=lambda: settings.API_PAGE_SIZE, ge=1,
+                           le=MAX_PAGE_SIZE)
 
 
-def paginate(request, queryset, serialize) -> dict:
-    size = min(_positive(request, "page_size", settings.API_PAGE_SIZE), MAX_PAGE_SIZE)
-    number = _positive(request, "page", 1)
-    paginator = Paginator(queryset, size)
+def paginate(request, queryset, params: PageParams) -> dict:
+    """One page of queryset as the fields of schemas.Page (items still database rows)."""
+    paginator = Paginator(queryset, params.page_size)
     try:
-        page = paginator.page(number)
+        page = paginator.page(params.page)
     except EmptyPage:
-        raise RequestError(f"page {number} does not exist; there are {paginator.num_pages}",
-                           404) from None
+        raise NotFound(f"page {params.page} (there are {paginator.num_pages})") from None
 
     def link(n):
-        return f"{request.path}?page={n}&page_size={size}"
-    return {"count": paginator.count, "page": number, "page_size": size,
-            "next": link(number + 1) if page.has_next() else None,
-            "previous": link(number - 1) if page.has_previous() else None,
-            "results": [serialize(item) for item in page.object_list]}
+        return f"{request.path}?page={n}&page_size={params.page_size}"
+    return {"count": paginator.count, "page": params.page, "page_size": params.page_size,
+            "next": link(params.page + 1) if page.has_next() else None,
+            "previous": link(params.page - 1) if page.has_previous() else None,
+            "results": list(page.object_list)}

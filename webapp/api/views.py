@@ -1,84 +1,153 @@
-"""REST API v1 (DESIGN.md). Views stay small: validation lives in webapp/jobs/validation.py."""
+"""REST API v1 (docs/architecture.md) on django-ninja.
+
+Why django-ninja rather than pydantic models behind hand-written views: it validates
+requests with the same pydantic models it serializes responses with, and generates
+`/api/v1/openapi.json` from both, so the contract has one source. Views stay small: request
+bodies are `JobRequest` (webapp/jobs/validation.py), responses are webapp/api/schemas.py,
+refusals are the typed errors of webapp/jobs/errors.py, answered in webapp/api/errors.py.
+Each operation lists the refusals it can make; their statuses and descriptions in the
+schema come from the error classes.
+"""
 from __future__ import annotations
 
+from typing import Literal
+
 from django.conf import settings
-from django.http import HttpResponseRedirect, JsonResponse
+from django.http import HttpResponseRedirect
+from ninja import File, Form, NinjaAPI, Query, Status
+from ninja.decorators import decorate_view
+from ninja.files import UploadedFile
+from pydantic import Field
 
-from compiler_core.targets import all_targets
-from webapp.jobs import services, storage
-from webapp.jobs.errors import RequestError
+from compiler_core.version import __version__
+from webapp.jobs import fleet, services, storage
+from webapp.jobs.errors import (Conflict, Forbidden, NotFound, RequestError, TooLarge,
+                                Unauthenticated, Unavailable)
 from webapp.jobs.models import CompileJob, JobState, UploadedModel
-from webapp.jobs.validation import owned_model, parse_job_request
+from webapp.jobs.validation import JobRequest, owned_model
 
-from .http import endpoint, json_body
-from .pagination import paginate
-from .serializers import job_detail_json, job_json, model_json
+from . import errors
+from .auth import TokenOrSession
+from .pagination import PageParams, paginate
+from .schemas import ArtifactLink, Error, Job, JobDetail, Model, Page, TargetList
 
+
+class Api(NinjaAPI):
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        # paths relative to the server URL /api/v1, as clients write them
+        return super().get_openapi_schema(path_prefix="", path_params=path_params)
+
+
+api = Api(
+    title="Tensorforge API", version=f"1 (compiler {__version__})", urls_namespace="api",
+    description="Upload ONNX models, compile them for a target, compare their latency with "
+                "ONNX Runtime and download the artifacts. Errors are JSON {\"error\": ...}.",
+    servers=[{"url": "/api/v1"}], docs_url=None, auth=TokenOrSession())
+errors.install(api)
+READ = (Unauthenticated, RequestError)
+WRITE = (Unauthenticated, Forbidden, RequestError)
+
+
+def operation(method: str, path: str, answers: dict, *refusals, **kwargs):
+    """Register a view; the schema lists `answers` (status -> schema) and each refusal's
+    status with its meaning."""
+    responses = {**answers, **{r.status: Error for r in refusals}}
+    described = {r.status: {"description": r.description} for r in refusals}
+    return api.api_operation([method], path, response=responses,
+                             openapi_extra={"responses": described}, **kwargs)
+
+
+# ---------------------------------------------------------------- models
 
 def _upload_limit() -> int:
     return settings.MAX_MODEL_BYTES + 64 * 1024  # multipart framing around the file
 
 
-@endpoint("GET", "POST", max_body=_upload_limit)
-def models(request):
-    if request.method == "POST":
-        return upload_model(request)
-    qs = UploadedModel.objects.filter(owner=request.api_user)
-    return JsonResponse(paginate(request, qs, model_json))
+def refuse_large_bodies(run):
+    """Refuse an oversized upload before anything (auth's CSRF check, form parsing) reads it."""
+    def checked(request, *args, **kwargs):
+        size = int(request.META.get("CONTENT_LENGTH") or 0)
+        if size > _upload_limit():
+            return errors.refusal(api, request, TooLarge(
+                f"the request body is {size / 2**20:.1f} MiB; the limit is "
+                f"{settings.MAX_MODEL_BYTES / 2**20:.0f} MiB"))
+        return run(request, *args, **kwargs)
+    return checked
 
 
-def upload_model(request):
-    model = services.ingest_upload(request.api_user, request.FILES.get("file"),
-                                   request.POST.get("name", ""))
-    return JsonResponse(model_json(model), status=201)
+@operation("GET", "/models", {200: Page[Model]}, *READ, NotFound, summary="List your models",
+           url_name="models")
+def list_models(request, params: Query[PageParams]):
+    return paginate(request, UploadedModel.objects.filter(owner=request.auth), params)
 
 
-@endpoint("GET")
-def model_detail(request, model_id):
-    return JsonResponse(model_json(owned_model(request.api_user, model_id)))
+@decorate_view(refuse_large_bodies)
+@operation("POST", "/models", {201: Model}, *WRITE, TooLarge, summary="Upload an ONNX model")
+def upload_model(request, file: File[UploadedFile], name: Form[str] = ""):
+    return Status(201, services.ingest_upload(request.auth, file, name))
 
 
-@endpoint("GET", "POST")
-def jobs(request):
-    if request.method == "POST":
-        job = services.submit_job(request.api_user,
-                                  parse_job_request(request.api_user, json_body(request)))
-        return JsonResponse(job_json(job, request), status=201)
-    qs = CompileJob.objects.filter(owner=request.api_user).select_related("model")
-    if request.GET.get("model"):
-        qs = qs.filter(model=owned_model(request.api_user, request.GET["model"]))
-    if request.GET.get("state"):
-        if request.GET["state"] not in JobState.values:
-            raise RequestError(f"state must be one of {', '.join(JobState.values)}")
-        qs = qs.filter(state=request.GET["state"])
-    return JsonResponse(paginate(request, qs.prefetch_related("artifacts"),
-                                 lambda j: job_json(j, request)))
+@operation("GET", "/models/{id}", {200: Model}, *READ, NotFound, summary="One of your models",
+           url_name="model-detail")
+def model_detail(request, id: str):
+    return owned_model(request.auth, id)
 
 
-@endpoint("GET")
-def job_detail(request, job_id):
-    return JsonResponse(job_detail_json(services.owned_job(request.api_user, job_id), request))
+# ---------------------------------------------------------------- jobs
+
+class JobFilters(PageParams):
+    # None defaults (not `| None`): a query string has no null to send
+    model: str = Field(None, description="only this model's jobs")
+    state: Literal[tuple(JobState.values)] = Field(None)  # type: ignore[valid-type]
 
 
-@endpoint("POST")
-def job_cancel(request, job_id):
-    job = services.cancel_job(services.owned_job(request.api_user, job_id))
-    return JsonResponse(job_json(job, request))
+@operation("GET", "/jobs", {200: Page[Job]}, *READ, NotFound,
+           summary="List your compile jobs", url_name="jobs")
+def list_jobs(request, params: Query[JobFilters]):
+    jobs = CompileJob.objects.filter(owner=request.auth).select_related("model")
+    if params.model:
+        jobs = jobs.filter(model=owned_model(request.auth, params.model))
+    if params.state:
+        jobs = jobs.filter(state=params.state)
+    return paginate(request, jobs.prefetch_related("artifacts"), params)
 
 
-@endpoint("GET")
-def job_artifact(request, job_id, name):
-    """302 to a presigned, expiring S3 URL; ?redirect=0 answers the URL as JSON instead."""
-    artifact = services.owned_artifact(request.api_user, job_id, name)
+@operation("POST", "/jobs", {201: Job}, *WRITE, NotFound, Unavailable,
+           summary="Submit a compile job")
+def submit_job(request, body: JobRequest):
+    return Status(201, services.submit_job(request.auth, body))
+
+
+@operation("GET", "/jobs/{id}", {200: JobDetail}, *READ, NotFound, url_name="job-detail",
+           summary="A job's state, stage, progress, results and artifacts")
+def job_detail(request, id: str):
+    return services.owned_job(request.auth, id)
+
+
+@operation("POST", "/jobs/{id}/cancel", {200: Job}, *WRITE, NotFound, Conflict,
+           summary="Cancel a queued or running job")
+def cancel_job(request, id: str):
+    return services.cancel_job(services.owned_job(request.auth, id))
+
+
+@operation("GET", "/jobs/{id}/artifacts/{name}", {200: ArtifactLink, 302: None}, *READ, NotFound,
+           url_name="job-artifact",
+           summary="Download an artifact: a 302 to an expiring presigned URL, or with "
+                   "?redirect=0 that URL as JSON. package.tar.gz is always there")
+def job_artifact(request, id: str, name: str, redirect: Literal["0", "1"] = "1"):
+    artifact = services.owned_artifact(request.auth, id, name)
     url = storage.presigned_url(artifact.storage_key, artifact.name)
-    if request.GET.get("redirect") == "0":
-        return JsonResponse({"name": artifact.name, "sha256": artifact.sha256,
-                             "size": artifact.size, "url": url})
+    if redirect == "0":
+        return {"name": artifact.name, "size": artifact.size, "sha256": artifact.sha256,
+                "url": url}
     response = HttpResponseRedirect(url)
     response["X-Checksum-SHA256"] = artifact.sha256
     return response
 
 
-@endpoint("GET")
+# ---------------------------------------------------------------- targets
+
+@operation("GET", "/targets", {200: TargetList}, *READ,
+           summary="The targets this deployment compiles for, and where it benchmarks them")
 def targets(request):
-    return JsonResponse({"results": [t.as_dict() for t in all_targets().values()]})
+    return {"results": fleet.target_listing()}

@@ -2,7 +2,7 @@
 so the console and the API share validation (webapp/jobs/validation.py)."""
 from __future__ import annotations
 
-from compiler_core.targets import all_targets
+from webapp.jobs import fleet
 
 OPT_LEVELS = [(3, "O3 — everything (recommended)"), (2, "O2 — no layout changes"),
               (1, "O1 — basic folding"), (0, "O0 — no optimization")]
@@ -17,6 +17,12 @@ def symbolic_fields(model) -> list[dict]:
                 fields.append({"input": spec["name"], "index": k, "name": str(d),
                                "field": f"dim__{spec['name']}__{k}"})
     return fields
+
+
+def _number(raw: str):
+    """Digits become an int; anything else stays text for validation to refuse by name."""
+    raw = raw.strip()
+    return int(raw) if raw.isdigit() else raw
 
 
 def request_from_post(model, post) -> dict:
@@ -34,13 +40,13 @@ def request_from_post(model, post) -> dict:
         shapes[spec["name"]] = dims
     tuning = None
     budget = post.get("tuning_kind", "none")
-    amount = post.get("tuning_amount", "").strip()
+    amount = post.get("tuning_amount", "")
     if budget in ("trials", "seconds"):
-        tuning = {budget: int(amount) if amount.isdigit() else amount}
+        tuning = {budget: _number(amount)}
     return {"model": str(model.id), "target": post.get("target", "native"),
-            "input_shapes": shapes, "opt_level": post.get("opt_level", "3"),
-            "threads": post.get("threads", "1"), "tuning": tuning}
+            "input_shapes": shapes, "opt_level": _number(post.get("opt_level", "3")),
+            "threads": _number(post.get("threads", "1")), "tuning": tuning}
 
 
 def target_choices() -> list[dict]:
-    return [t.as_dict() for t in all_targets().values()]
+    return fleet.target_listing()

@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp.accounts.models import ApiToken
-from webapp.api.openapi import schema
+from webapp.api.views import api
 from webapp.jobs import services
 from webapp.jobs.errors import RequestError
 from webapp.jobs.models import STAGE_LABELS, CompileJob, JobState, UploadedModel
@@ -42,7 +42,7 @@ def model_detail(request, model_id):
     if request.method == "POST":
         form_values = request.POST
         try:
-            req = parse_job_request(request.user, forms.request_from_post(model, request.POST))
+            req = parse_job_request(forms.request_from_post(model, request.POST))
             job = services.submit_job(request.user, req)
             return redirect("console:job", job_id=job.id)
         except RequestError as exc:
@@ -161,7 +161,7 @@ def token_revoke(request, token_id):
 
 @login_required
 def api_docs(request):
-    spec = schema()
+    spec = api.get_openapi_schema()
     operations = [{"method": method.upper(), "path": "/api/v1" + path, **op}
                   for path, item in spec["paths"].items() for method, op in item.items()]
     return render(request, "console/api_docs.html", {

@@ -82,6 +82,7 @@ class CompileJob(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)  # last time its task was sent
 
     class Meta:
         ordering = ["-created_at"]

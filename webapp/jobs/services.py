@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import tempfile
+import shutil
 import uuid
 from pathlib import Path
 
@@ -11,13 +11,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from compiler_core.errors import CompileError
-from compiler_core.inspect_model import inspect_model
+from webapp import celery
 
-from . import storage
-from .errors import Conflict, NotFound, RequestError, TooLarge
+from . import fleet, storage
+from .errors import Conflict, NotFound, RequestError, TooLarge, Unavailable
+from .inspection import inspect_upload, workdir
 from .models import Artifact, CompileJob, JobState, UploadedModel
-from .validation import JobRequest
+from .validation import JobRequest, resolve
 
 log = logging.getLogger(__name__)
 
@@ -37,33 +37,44 @@ def _spool(upload, path: Path) -> str:
     return h.hexdigest()
 
 
+UPLOAD_SUFFIXES = (".onnx", ".tar.gz", ".tgz", ".tar", ".zip")
+
+
 def _display_name(name: str, filename: str) -> str:
     name = (name or filename or "model").strip()
-    if name.lower().endswith(".onnx") and len(name) > 5:
-        name = name[:-5]
+    for suffix in UPLOAD_SUFFIXES:
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            name = name[:-len(suffix)]
+            break
     return name[:200] or "model"
 
 
 def ingest_upload(user, upload, name: str = "") -> UploadedModel:
-    """Check an uploaded file is an ONNX model, store it, record what it contains."""
+    """Check an upload (a .onnx file, or a .zip/.tar of the model folder) in the sandbox,
+    store the model as one self-contained .onnx file, record what it contains."""
     if upload is None:
         raise RequestError("no file: send the model as multipart/form-data field 'file'")
     check_upload_size(upload.size)
     if upload.size == 0:
         raise RequestError("the uploaded file is empty")
-    with tempfile.TemporaryDirectory(prefix="tf-upload-") as tmp:
-        path = Path(tmp) / "model.onnx"
+    work = workdir()
+    try:
+        path = work / "upload"
         sha256 = _spool(upload, path)
-        try:
-            info = inspect_model(str(path))
-        except CompileError as exc:
-            raise RequestError(f"{upload.name or 'the upload'} is not a usable ONNX model: "
-                               f"{exc}") from None
+        inspected = inspect_upload(path, work, upload.name or "the upload")
         model = UploadedModel(id=uuid.uuid4(), owner=user, sha256=sha256, size=upload.size,
                               name=_display_name(name, upload.name))
         model.storage_key = storage.model_key(model)
-        _fill_from_inspection(model, info)
-        storage.put_file(model.storage_key, path, sha256, "application/octet-stream")
+        _fill_from_inspection(model, inspected.info)
+        stored = inspected.model_path
+        storage.put_file(model.storage_key, stored, storage.sha256_file(stored),
+                         "application/octet-stream")
+    except storage.StorageError as exc:
+        log.error("upload not stored: %s", exc)
+        raise Unavailable("object storage is unreachable; upload the model again in a "
+                          "moment") from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     model.save()
     return model
 
@@ -81,29 +92,35 @@ def _fill_from_inspection(model: UploadedModel, info: dict) -> None:
 
 
 def submit_job(user, req: JobRequest) -> CompileJob:
-    job = CompileJob.objects.create(owner=user, model=req.model, target=req.target,
-                                    input_shapes=req.input_shapes, opt_level=req.opt_level,
-                                    tuning=req.tuning, threads=req.threads)
+    model, shapes = resolve(user, req)
+    job = CompileJob.objects.create(owner=user, model=model, input_shapes=shapes,
+                                    **req.job_fields())
     transaction.on_commit(lambda: enqueue(job))
     return job
 
 
+def send(job: CompileJob) -> None:
+    """Send the job's task (again); the time is kept so a lost message is sent again."""
+    result = celery.app.send_task(
+        celery.COMPILE_JOB, args=[str(job.id)], task_id=str(job.id),
+        queue=fleet.queue_for(job.target),
+        retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5})
+    CompileJob.objects.filter(pk=job.pk).update(sent_at=timezone.now())
+    CompileJob.objects.filter(pk=job.pk, task_id="").update(task_id=result.id)
+
+
 def enqueue(job: CompileJob) -> None:
     """Hand the job id to the broker; if that fails the job fails now instead of waiting."""
-    from workers.tasks import compile_job  # the web process only needs the task's name
     try:
-        result = compile_job.apply_async(args=[str(job.id)], task_id=str(job.id),
-                                         retry_policy={"max_retries": 2, "interval_start": 0.2,
-                                                       "interval_step": 0.5})
-    except Exception as exc:  # kombu/redis raise many types; all mean "not queued"
+        send(job)
+    except Exception as exc:  # noqa: BLE001  kombu/redis raise many types; all mean "not queued"
         log.error("could not queue job %s: %s", job.id, exc)
         CompileJob.objects.filter(pk=job.pk).update(
             state=JobState.FAILED, finished_at=timezone.now(),
             error=f"the job queue is unreachable ({type(exc).__name__}); submit the job again "
                   "in a moment")
-        raise RequestError("the job queue is unreachable; the job was not started, "
-                           "try again in a moment", 503) from None
-    CompileJob.objects.filter(pk=job.pk, task_id="").update(task_id=result.id)
+        raise Unavailable("the job queue is unreachable; the job was not started, "
+                          "try again in a moment") from None
 
 
 def owned_job(user, job_id) -> CompileJob:
@@ -118,12 +135,13 @@ def owned_job(user, job_id) -> CompileJob:
 
 
 def owned_artifact(user, job_id, name: str) -> Artifact:
+    """Only a succeeded job's artifacts are served (they are recorded with its success)."""
     job = owned_job(user, job_id)
+    if job.state != JobState.SUCCEEDED:
+        raise NotFound(f"artifact {name!r} (the job is {job.state}; artifacts appear when it "
+                       "succeeds)")
     artifact = job.artifacts.filter(name=name).first()
     if artifact is None:
-        if job.state != JobState.SUCCEEDED:
-            raise NotFound(f"artifact {name!r} (the job is {job.state}; artifacts appear when "
-                           "it succeeds)")
         raise NotFound(f"artifact {name!r}")
     return artifact
 
@@ -144,7 +162,6 @@ def cancel_job(job: CompileJob) -> CompileJob:
 def _revoke(job: CompileJob) -> None:
     # Revoking keeps a queued task from starting; a running one sees the state and stops.
     try:
-        from workers.celery_app import app
-        app.control.revoke(job.task_id or str(job.id))
-    except Exception as exc:  # the broker being down must not block a cancel
+        celery.app.control.revoke(job.task_id or str(job.id))
+    except Exception as exc:  # noqa: BLE001  the broker being down must not block a cancel
         log.warning("could not revoke task for %s: %s", job.id, exc)

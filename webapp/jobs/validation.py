@@ -1,9 +1,21 @@
-"""Validation of compile-job requests, in one place for the REST API and the console."""
+"""The compile-job request, declared once for the REST API, the console and the OpenAPI
+document, and its checks against the uploaded model.
+
+`JobRequest` is a pydantic model: the API parses request bodies with it (django-ninja),
+the console builds one from its form, and the schema of `POST /api/v1/jobs` is generated
+from it. A new optional compile option is one more field line here plus the column that
+stores it on `CompileJob` (`job_fields()` copies every option to the job). Checks that need
+the database (the model belongs to the caller, shapes fit its inputs) run afterwards, in
+`resolve`, and raise the typed errors of `errors.py`.
+"""
 from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass
+from typing import Annotated, Literal
+
+import pydantic
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from compiler_core.targets import all_targets
 
@@ -13,18 +25,130 @@ from .models import UploadedModel
 MAX_THREADS = 64
 MAX_TUNE_TRIALS = 100_000
 MAX_TUNE_SECONDS = 24 * 3600
-MAX_DIM = 1 << 20
+MAX_DIM = 9_999_999
+# the text form of a shape: dimensions of 1 to 7 digits (<= MAX_DIM) separated by x or ,
+SHAPE_TEXT = r"^ *[1-9][0-9]{0,6}( *[x,] *[1-9][0-9]{0,6})* *$"
+TARGETS = tuple(all_targets())
 
 
-@dataclass
-class JobRequest:
-    model: UploadedModel
-    target: str
-    input_shapes: dict[str, list[int]]
-    opt_level: int
-    tuning: dict | None
-    threads: int
+def _whole_number(value):
+    # JSON Schema's "integer" is any number with a zero fraction (2.0 is one); booleans and
+    # strings are not numbers, though Python and pydantic's lax mode would take them.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"must be an integer, got {value!r}")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"must be a whole number, got {value!r}")
+    return int(value)
 
+
+def Integer(low: int, high: int):  # a type, so named like one
+    """An integer from low to high, in the JSON Schema sense."""
+    return Annotated[int, BeforeValidator(_whole_number), Field(ge=low, le=high)]
+
+
+Dim = Integer(1, MAX_DIM)
+ShapeText = Annotated[str, Field(pattern=SHAPE_TEXT, examples=["1x3x224x224"])]
+
+
+class Tuning(BaseModel):
+    """An autotuning budget: a number of trials, seconds, or both."""
+
+    model_config = ConfigDict(extra="forbid")
+    trials: Integer(1, MAX_TUNE_TRIALS) | None = None
+    seconds: Integer(1, MAX_TUNE_SECONDS) | None = None
+
+
+class JobRequest(BaseModel):
+    """POST /api/v1/jobs: compile an uploaded model for a target."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: uuid.UUID = Field(description="the id returned by POST /api/v1/models")
+    target: Literal[TARGETS] = Field(  # type: ignore[valid-type]
+        "native", description="a name from GET /api/v1/targets")
+    input_shapes: dict[str, list[Dim] | ShapeText] = Field(
+        default_factory=dict, description="required for every input with symbolic "
+        'dimensions: {"x": [1, 3, 224, 224]} or {"x": "1x3x224x224"}')
+    opt_level: Integer(0, 3) = 3
+    tuning: Tuning | None = Field(None, description="no tuning when null")
+    threads: Integer(1, MAX_THREADS) = 1
+
+    @field_validator("target", mode="before")
+    @classmethod
+    def _known_target(cls, target):
+        if target not in TARGETS:
+            raise ValueError(f"unknown target {target!r}; valid targets: {', '.join(TARGETS)}")
+        return target
+
+    @field_validator("input_shapes", mode="before")
+    @classmethod
+    def _parse_shapes(cls, raw):
+        if not isinstance(raw, dict):
+            raise ValueError('input_shapes must be an object like {"x": [1, 3, 224, 224]}')
+        return {name: parse_shape(name, value) for name, value in raw.items()}
+
+    @field_validator("tuning")
+    @classmethod
+    def _empty_tuning_is_none(cls, tuning: Tuning | None) -> Tuning | None:
+        return tuning if tuning and (tuning.trials or tuning.seconds) else None
+
+    def job_fields(self) -> dict:
+        """The options a CompileJob stores as they are (model and shapes are resolved)."""
+        fields = self.model_dump(exclude={"model", "input_shapes", "tuning"})
+        return {**fields, "tuning": self.tuning.model_dump(exclude_none=True)
+                if self.tuning else None}
+
+
+def parse_shape(name: str, raw) -> list[int]:
+    """[1, 3, 224, 224] or "1x3x224x224" -> [1, 3, 224, 224], every dimension in range."""
+    if isinstance(raw, str):
+        if not re.fullmatch(SHAPE_TEXT, raw):
+            raise ValueError(f"input_shapes[{name!r}] = {raw!r} is not a shape like 1x3x224x224")
+        raw = [int(d) for d in re.split(r"[x,]", raw)]
+    if not isinstance(raw, list):
+        raise ValueError(f"input_shapes[{name!r}] must be a list of integers")
+    try:
+        raw = [_whole_number(d) for d in raw]
+    except ValueError as exc:
+        raise ValueError(f"input_shapes[{name!r}]: every dimension {exc}") from None
+    if any(d < 1 or d > MAX_DIM for d in raw):
+        raise ValueError(f"input_shapes[{name!r}] = {raw}: every dimension must be between 1 "
+                         f"and {MAX_DIM}")
+    return raw
+
+
+# ---------------------------------------------------------------- pydantic errors as text
+
+def _where(loc) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def describe_error(error: dict) -> str:
+    """One pydantic error as a sentence that names the field and what to send instead."""
+    where = _where(error["loc"])
+    kind = error["type"]
+    if kind == "value_error":
+        return str(error["ctx"]["error"])
+    if kind == "missing":
+        return f"{where} is required"
+    if kind == "extra_forbidden":
+        return f"unknown fields ['{where}']"
+    got = f" (got {error['input']!r})" if "input" in error else ""
+    return f"{where}: {error['msg']}{got}" if where else f"{error['msg']}{got}"
+
+
+def describe_errors(errors: list[dict]) -> str:
+    return "; ".join(describe_error(e) for e in errors)
+
+
+def parse_job_request(data) -> JobRequest:
+    """The console's way in: a dict built from the form, the API's wording for errors."""
+    try:
+        return JobRequest.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise RequestError(describe_errors(exc.errors(include_url=False))) from None
+
+
+# ---------------------------------------------------------------- checks against the model
 
 def owned_model(user, model_id) -> UploadedModel:
     """The user's model, or 404 — also for other users' models, so ids leak nothing."""
@@ -36,21 +160,6 @@ def owned_model(user, model_id) -> UploadedModel:
     if model is None:
         raise NotFound("model")
     return model
-
-
-def parse_shape(name: str, raw) -> list[int]:
-    """[1, 3, 224, 224] or "1x3x224x224" -> [1, 3, 224, 224]."""
-    if isinstance(raw, str):
-        if not re.fullmatch(r"\s*\d+(\s*[x,]\s*\d+)*\s*", raw):
-            raise RequestError(f"input_shapes[{name!r}] = {raw!r} is not a shape like 1x3x224x224")
-        raw = [int(d) for d in re.split(r"[x,]", raw)]
-    if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool)
-                                            for d in raw):
-        raise RequestError(f"input_shapes[{name!r}] must be a list of integers")
-    if any(d < 1 or d > MAX_DIM for d in raw):
-        raise RequestError(f"input_shapes[{name!r}] = {raw}: every dimension must be between 1 "
-                           f"and {MAX_DIM}")
-    return raw
 
 
 def check_shape_against_model(spec: dict, shape: list[int]) -> None:
@@ -66,77 +175,35 @@ def check_shape_against_model(spec: dict, shape: list[int]) -> None:
                                f"gives {shape}, which changes a fixed dimension")
 
 
-def resolve_input_shapes(model: UploadedModel, raw) -> dict[str, list[int]]:
+def _declared_shape(spec: dict) -> list[int]:
+    declared = spec.get("shape")
+    if declared is None or any(not isinstance(d, int) or d <= 0 for d in declared):
+        name = spec["name"]
+        example = "x".join(str(d) if isinstance(d, int) and d > 0 else "1"
+                           for d in declared or [1])
+        raise RequestError(f"input {name!r} has symbolic dimensions {declared}; give its "
+                           f'shape in input_shapes, e.g. {{"{name}": "{example}"}}')
+    return list(declared)
+
+
+def resolve_input_shapes(model: UploadedModel, given: dict) -> dict[str, list[int]]:
     """Every input of the model with a concrete shape; symbolic dims must be given."""
-    raw = raw or {}
-    if not isinstance(raw, dict):
-        raise RequestError('input_shapes must be an object like {"x": [1, 3, 224, 224]}')
     specs = {i["name"]: i for i in model.inputs}
-    unknown = sorted(set(raw) - set(specs))
+    unknown = sorted(set(given) - set(specs))
     if unknown:
         raise RequestError(f"input_shapes names unknown inputs {unknown}; the model's inputs "
                            f"are {sorted(specs)}")
     shapes = {}
     for name, spec in specs.items():
-        if name in raw:
-            shapes[name] = parse_shape(name, raw[name])
-            check_shape_against_model(spec, shapes[name])
-            continue
-        declared = spec.get("shape")
-        if declared is None or any(not isinstance(d, int) or d <= 0 for d in declared):
-            example = "x".join(str(d) if isinstance(d, int) and d > 0 else "1"
-                               for d in declared or [1])
-            raise RequestError(f"input {name!r} has symbolic dimensions {declared}; give its "
-                               f'shape in input_shapes, e.g. {{"{name}": "{example}"}}')
-        shapes[name] = list(declared)
+        if name in given:
+            check_shape_against_model(spec, given[name])
+            shapes[name] = given[name]
+        else:
+            shapes[name] = _declared_shape(spec)
     return shapes
 
 
-def parse_int(data: dict, key: str, default: int, low: int, high: int) -> int:
-    value = data.get(key, default)
-    if value is None:
-        value = default
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise RequestError(f"{key} must be an integer from {low} to {high}, got {value!r}")
-    return value
-
-
-def parse_tuning(raw) -> dict | None:
-    """None (no tuning), {"trials": N} or {"seconds": S}."""
-    if raw in (None, False, {}, ""):
-        return None
-    if not isinstance(raw, dict) or set(raw) - {"trials", "seconds"} or not raw:
-        raise RequestError('tuning must be null, {"trials": N} or {"seconds": S}')
-    tuning = {}
-    if raw.get("trials") is not None:
-        tuning["trials"] = parse_int(raw, "trials", 0, 1, MAX_TUNE_TRIALS)
-    if raw.get("seconds") is not None:
-        tuning["seconds"] = parse_int(raw, "seconds", 0, 1, MAX_TUNE_SECONDS)
-    return tuning or None
-
-
-def parse_target(raw) -> str:
-    target = raw or "native"
-    targets = all_targets()
-    if target not in targets:
-        raise RequestError(f"unknown target {target!r}; valid targets: {', '.join(targets)}")
-    return target
-
-
-def parse_job_request(user, data) -> JobRequest:
-    if not isinstance(data, dict):
-        raise RequestError("the request body must be a JSON object")
-    unknown = sorted(set(data) - {"model", "target", "input_shapes", "opt_level", "tuning",
-                                  "threads"})
-    if unknown:
-        raise RequestError(f"unknown fields {unknown}")
-    if not data.get("model"):
-        raise RequestError("model is required: the id returned by POST /api/v1/models")
-    model = owned_model(user, data["model"])
-    return JobRequest(model=model, target=parse_target(data.get("target")),
-                      input_shapes=resolve_input_shapes(model, data.get("input_shapes")),
-                      opt_level=parse_int(data, "opt_level", 3, 0, 3),
-                      tuning=parse_tuning(data.get("tuning")),
-                      threads=parse_int(data, "threads", 1, 1, MAX_THREADS))
+def resolve(user, req: JobRequest) -> tuple[UploadedModel, dict[str, list[int]]]:
+    """The caller's model and a concrete shape for each of its inputs."""
+    model = owned_model(user, req.model)
+    return model, resolve_input_shapes(model, req.input_shapes)

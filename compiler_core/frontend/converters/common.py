@@ -7,10 +7,16 @@ from ...errors import CompileError
 
 
 def broadcast(*shapes) -> tuple[int, ...]:
-    try:
-        return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
-    except ValueError:
-        raise CompileError(f"shapes {[list(s) for s in shapes]} do not broadcast together") from None
+    """Numpy's rule in plain ints (np.broadcast_shapes refuses shapes too large to allocate,
+    which must reach the size check with their real dims)."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for dims in zip(*[(1,) * (rank - len(s)) + tuple(int(d) for d in s) for s in shapes]):
+        sizes = set(dims) - {1}
+        if len(sizes) > 1:
+            raise CompileError(f"shapes {[list(s) for s in shapes]} do not broadcast together")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
 
 
 def const_value(v, what: str) -> np.ndarray:

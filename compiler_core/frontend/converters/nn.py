@@ -13,6 +13,7 @@ import numpy as np
 from ...errors import CompileError
 from ...kernels.conv import conv_tap_offsets, wide_size
 from ...kernels.matmul import tile_columns
+from ..limits import check_tensor
 from ..registry import converter
 from .common import broadcast, norm_axis, per_axis_ints
 
@@ -210,6 +211,7 @@ def _lowest(dtype):
 
 def _window_counts(in_spatial, out, kernel, strides, dilations, pb, pe, include_pad):
     """How many taps of each output window an average divides by (a separable product)."""
+    check_tensor(out, np.float64, "the pooling window counts")
     counts = np.ones((), np.float64)
     for n, o, k, s, d, b, e in zip(in_spatial, out, kernel, strides, dilations, pb, pe):
         lo, hi = (-b, n + e) if include_pad else (0, n)

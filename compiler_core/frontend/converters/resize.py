@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import CompileError
+from ..limits import check_tensor
 from ..registry import converter
 from .common import const_value, norm_axis
 
@@ -134,6 +135,7 @@ def _filter_taps(x: np.ndarray, scale: float, how: Interpolation):
 def emit_resize(cx, x, out_shape, scales, how: Interpolation, rois=None, extrapolation=0.0):
     """One IR `Resize` node with the tap tables of every axis whose size or mapping changes."""
     _check_choice("mode", how.mode, MODES)
+    check_tensor(out_shape, x.dtype, "Resize's output")  # before its tap tables are built
     rois = rois or [(0.0, 1.0)] * len(x.shape)
     axes = [AxisResize(n, m, s, r) for n, m, s, r in zip(x.shape, out_shape, scales, rois)]
     moved = [d for d, ax in enumerate(axes) if not _is_identity(ax, how)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import CompileError
+from ..limits import check_tensor
 from ..registry import converter
 from .common import const_value, norm_axis
 
@@ -17,6 +18,7 @@ def twiddle_table(cx, lengths):
     """-> (constant (sum(lengths), 2) table of [cos, sin](2*pi*m/n), {n: first row of n})."""
     offsets, rows = {}, []
     for n in sorted(set(lengths)):
+        check_tensor((n, 2), np.float64, "the DFT twiddle table")
         offsets[n] = sum(len(r) for r in rows)
         angle = 2 * np.pi * np.arange(n) / n
         rows.append(np.stack([np.cos(angle), np.sin(angle)], axis=1))

@@ -10,6 +10,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from ...errors import CompileError
+from ..limits import check_tensor
 from ..registry import converter
 from .common import broadcast, const_value, norm_axes, norm_axis
 
@@ -450,6 +451,7 @@ def _dense(sparse) -> np.ndarray:
 def constant_of_shape(cx, inputs):
     shape = ints(inputs[0], "ConstantOfShape's shape")
     value = cx.attr("value", np.zeros(1, np.float32))
+    check_tensor(shape, value.dtype, "ConstantOfShape's output")
     return [cx.const(np.full(shape, value.reshape(-1)[0], value.dtype), "filled")]
 
 
@@ -457,6 +459,11 @@ def constant_of_shape(cx, inputs):
 def range_op(cx, inputs):
     start, limit, delta = (const_value(v, f"Range's {what}")
                            for v, what in zip(inputs, ("start", "limit", "delta")))
+    span = (float(limit) - float(start)) / float(delta) if float(delta) else float("inf")
+    if not np.isfinite(span):
+        raise CompileError(f"Range({start}, {limit}, {delta}) never ends")
+    count = max(int(np.ceil(span)), 0)
+    check_tensor((count,), inputs[0].dtype, "Range's output")
     return [cx.const(np.arange(start, limit, delta, dtype=inputs[0].dtype), "range")]
 
 

@@ -1,0 +1,35 @@
+"""`--kernels`: where a compiled model spends its time, kernel by kernel.
+
+Each kernel's time comes from the artifact's own profiling entry point (tf_profile, wall
+time per kernel call); its FLOPs, bytes and the ONNX nodes it covers from meta.json (written
+by compiler_core/analysis/cost.py at compile time). GFLOP/s is set against the peak the
+bench measured (numpy's sgemm, one thread, times the thread count).
+"""
+from __future__ import annotations
+
+PROFILE_RUNS = 5
+
+
+def kernel_rows(loaded, feeds: dict) -> list[dict]:
+    timings = loaded.profile(feeds, runs=PROFILE_RUNS)
+    rows = []
+    for k, (timing, meta) in enumerate(zip(timings, loaded.meta["kernels"])):
+        ms, flops = timing["mean_ms"], meta.get("flops")
+        rows.append({"index": k, "name": meta["name"], "op": meta["op"], "ms": ms,
+                     "flops": flops, "bytes": meta.get("bytes"),
+                     "onnx_nodes": meta.get("onnx_nodes", []),
+                     "gflops": flops / ms / 1e6 if flops and ms > 0 else None})
+    return rows
+
+
+def format_kernels(rows: list[dict], peak_gflops: float, top: int) -> str:
+    total = sum(r["ms"] for r in rows) or 1.0
+    lines = [f"    {'kernel':28s} {'ms':>8s} {'share':>6s} {'GFLOP/s':>8s} {'%peak':>6s}  "
+             f"onnx nodes ({len(rows)} kernels, {total:.3f} ms)"]
+    for r in sorted(rows, key=lambda r: -r["ms"])[:top]:
+        rate = f"{r['gflops']:8.1f} {100 * r['gflops'] / peak_gflops:5.0f}%" if r["gflops"] \
+            else f"{'-':>8s} {'-':>6s}"
+        nodes = ", ".join(r["onnx_nodes"][:4]) + (" ..." if len(r["onnx_nodes"]) > 4 else "")
+        lines.append(f"    {r['name'][:28]:28s} {r['ms']:8.3f} {100 * r['ms'] / total:5.1f}% "
+                     f"{rate}  {nodes}")
+    return "\n".join(lines)

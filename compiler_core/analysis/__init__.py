@@ -1,0 +1,1 @@
+"""Static analyses of a graph that report on it without changing it."""

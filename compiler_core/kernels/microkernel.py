@@ -1,0 +1,93 @@
+"""The register tile every dense kernel is built on: broadcast A, vector B, FMA.
+
+A tile holds `mr` rows by `nr` vectors of `lanes` outputs in registers (explicit vector
+locals, so the shape is exactly what the schedule says on every target):
+
+    for each reduction index ks (nested loops over k_extents):
+        b[j]   = B[b_at(ks) + j * lanes : + lanes]           j < nr   (one vector load each)
+        a      = broadcast(A[a_at(ks) + i * a_step])          i < mr   (one scalar each)
+        acc[i][j] += a * b[j]                                  (contract: one FMA)
+
+GEMM with packed B, NCHWc convolution (A = input pixels of one output row, B = weights
+packed by output-channel block) and batched MatMul are all this loop with other address
+functions. The caller owns the loops around the tile, the initial values (zero, bias or
+partial sums) and the epilogue that stores each accumulator vector.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..ir.loops import INDEX, Buf, Expr, Get, broadcast
+
+Index = Callable[[tuple], Expr]
+
+
+@dataclass(frozen=True)
+class Tile:
+    mr: int     # rows (broadcast A values)
+    nr: int     # vectors per row (B loads)
+    lanes: int  # elements per vector
+
+    @property
+    def width(self) -> int:
+        return self.nr * self.lanes
+
+
+@dataclass(frozen=True)
+class TileOperands:
+    a: Buf
+    a_at: Index        # flat index of A(row 0, ks)
+    a_step: int        # flat distance between rows of A
+    b: Buf
+    b_at: Index        # flat index of B(ks, column 0); vector j starts at + j * lanes
+
+
+def register_tiles(spec_registers: int, lanes: int, rows_hint: int = 64) -> list[Tile]:
+    """Tiles that fill the register file: nr * mr accumulators + nr B vectors + 1 broadcast."""
+    tiles = []
+    for nr in (1, 2, 3, 4):
+        mr = (spec_registers - nr - 1) // nr
+        if mr >= 1:
+            tiles.append(Tile(min(mr, rows_hint), nr, lanes))
+    return tiles
+
+
+def emit_tile(kb, tile: Tile, k_extents: list, ops: TileOperands,
+              init: Callable[[int, int], Expr], finish: Callable[[int, int, Expr], None],
+              mr: int | None = None, nr: int | None = None, dtype=np.float32) -> None:
+    """One register tile (optionally a smaller mr x nr edge tile of the same loop nest).
+
+    init(i, j) gives accumulator (i, j)'s starting vector (or a scalar to splat);
+    finish(i, j, value) receives the final vector and emits its store.
+    """
+    mr, nr = mr or tile.mr, nr or tile.nr
+    acc = [[kb.local(dtype, init(i, j), "acc", tile.lanes) for j in range(nr)] for i in range(mr)]
+    with _reduction_loops(kb, k_extents) as ks:
+        b_at = kb.local(INDEX, ops.b_at(ks), "b_at")
+        bv = [kb.local(dtype, ops.b.vec(Get(b_at) + j * tile.lanes, tile.lanes), "b", tile.lanes)
+              for j in range(nr)]
+        a_at = kb.local(INDEX, ops.a_at(ks), "a_at")
+        for i in range(mr):
+            av = broadcast(ops.a.flat(Get(a_at) + i * ops.a_step), tile.lanes)
+            for j in range(nr):
+                kb.set(acc[i][j], Get(acc[i][j]) + av * Get(bv[j]))
+    for i in range(mr):
+        for j in range(nr):
+            finish(i, j, Get(acc[i][j]))
+
+
+@contextlib.contextmanager
+def _reduction_loops(kb, extents):
+    """Nested "scalar" loops (LLVM must not re-vectorize a register tile) over `extents`;
+    an extent is an int or a (start, stop) pair. Yields the tuple of indices."""
+    with contextlib.ExitStack() as stack:
+        ks = []
+        for e in extents:
+            start, stop = e if isinstance(e, tuple) else (0, e)
+            ks.append(stack.enter_context(kb.loop(stop, start=start, kind="scalar", name="k")))
+        yield tuple(ks)

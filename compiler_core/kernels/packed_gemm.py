@@ -1,0 +1,195 @@
+"""Y = act(A @ W + bias [+ residual]) with W constant, packed once at compile time.
+
+W (K x N) is stored as panels of `width` = nr * lanes columns, each panel K rows of
+`width` contiguous floats (zeros past N), so the register tile (kernels/microkernel.py)
+reads one sequential stream of W whatever N is. A is the node's first input seen as an
+M x K row-major matrix (leading dims folded into M).
+
+Loop nest (GotoBLAS order, every size a schedule knob):
+    parallel over work items = row blocks (mc rows) x panel groups (nc panels)
+      k chunks of kc (partial sums wait in Y between chunks; the epilogue runs on the last)
+        panels of the group: the kc x width slice of the panel stays in L1
+          row tiles of mr: the mr x kc slice of A streams from L2
+The last M % mr rows and a last partial panel get edge tiles of the same nest.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.loops import Expr, as_expr, minimum
+from .epilogue import apply_activation
+from .microkernel import Tile, TileOperands, emit_tile
+from .registry import lowering
+from .schedule import default_rule, search_space
+
+
+@dataclass(frozen=True)
+class GemmSchedule:
+    mr: int      # rows per register tile
+    nr: int      # vectors per register tile row
+    lanes: int   # floats per vector (the target's)
+    kc: int      # k per chunk
+    mc: int      # rows per work item (a multiple of mr)
+    nc: int      # panels per work item
+
+    @property
+    def width(self) -> int:
+        return self.nr * self.lanes
+
+
+def gemm_dims(node) -> tuple[int, int, int]:
+    """(M, N, K) of a PackedGemm node."""
+    a, y = node.inputs[0], node.outputs[0]
+    return math.prod(a.shape[:-1]), y.shape[-1], a.shape[-1]
+
+
+@default_rule("PackedGemm")
+def default_gemm_schedule(node, spec) -> GemmSchedule:
+    M, N, K = gemm_dims(node)
+    lanes = spec.vector_bits // 32
+    nr = 2 if N > lanes else 1
+    mr = min((spec.vector_registers - nr - 1) // nr, 6 if spec.vector_registers <= 16 else 8, M)
+    kc = K if K <= 512 else math.ceil(K / math.ceil(K / 384))
+    panels = -(-N // (nr * lanes))
+    mc = mr * max(1, min(-(-M // mr), 96 // mr))
+    nc = panels if -(-M // mc) >= 4 else max(1, panels // 4)
+    return GemmSchedule(mr, nr, lanes, kc, mc, nc)
+
+
+@search_space("PackedGemm")
+def gemm_space(node, spec) -> list[GemmSchedule]:
+    M, N, K = gemm_dims(node)
+    lanes = spec.vector_bits // 32
+    out = []
+    for nr in (1, 2, 3, 4):
+        top = (spec.vector_registers - nr - 1) // nr
+        for mr in sorted({min(top, M), min(max(1, top // 2), M), min(4, M)}):
+            panels = -(-N // (nr * lanes))
+            for kc in sorted({min(K, 128), min(K, 256), min(K, 384), min(K, 512)}):
+                for rows in (4, 8, 16):
+                    mc = mr * max(1, min(-(-M // mr), rows))
+                    for nc in sorted({panels, max(1, panels // 2), max(1, panels // 4)}):
+                        out.append(GemmSchedule(mr, nr, lanes, kc, mc, nc))
+    return out
+
+
+def pack_panels(w: np.ndarray, sched: GemmSchedule) -> np.ndarray:
+    """W (K, N) -> (panels, K, width), zero past N."""
+    K, N = w.shape
+    panels = -(-N // sched.width)
+    padded = np.zeros((K, panels * sched.width), w.dtype)
+    padded[:, :N] = w
+    return np.ascontiguousarray(padded.reshape(K, panels, sched.width).transpose(1, 0, 2))
+
+
+@lowering("PackedGemm")
+def lower_packed_gemm(node, kb, ins, outs):
+    _PackedGemm(node, kb, ins, outs).emit()
+
+
+class _PackedGemm:
+    def __init__(self, node, kb, ins, outs):
+        self.kb, self.s = kb, node.schedule
+        self.a, self.w, self.bias, self.residual = (ins + [None, None])[:4]
+        self.y = outs[0]
+        self.M, self.N, self.K = gemm_dims(node)
+        self.act = node.attrs.get("activation")
+        self.tile = Tile(self.s.mr, self.s.nr, self.s.lanes)
+        self.panels = -(-self.N // self.s.width)
+        self.chunks = -(-self.K // self.s.kc)
+
+    def emit(self):
+        s, kb = self.s, self.kb
+        full_tiles = self.M // s.mr
+        tiles_per_item = s.mc // s.mr
+        row_items = -(-full_tiles // tiles_per_item) if full_tiles else 0
+        panel_items = -(-self.panels // s.nc)
+        if row_items:
+            with kb.loop(row_items * panel_items, kind="parallel", name="item") as item:
+                rb, pg = item // panel_items, item % panel_items
+                t0 = rb * tiles_per_item
+                t1 = minimum(t0 + tiles_per_item, as_expr(full_tiles))
+                self._item(pg, lambda body: self._rows(t0, t1, body), s.mr)
+        if self.M % s.mr:
+            edge = as_expr(full_tiles)
+            with kb.loop(panel_items, kind="parallel", name="pg") as pg:
+                self._item(pg, lambda body: body(edge), self.M % s.mr)
+
+    def _rows(self, t0, t1, body):
+        with self.kb.loop(t1, start=t0, name="t") as t:
+            body(t)
+
+    def _item(self, pg, over_rows, mr):
+        """Every k chunk of one work item; chunks write partial sums, the last finishes."""
+        for phase, c_range in self._chunk_phases():
+            with _maybe_loop(self.kb, c_range) as c:
+                k_range = (c * self.s.kc, minimum(c * self.s.kc + self.s.kc, as_expr(self.K)))
+                self._panels(pg, over_rows, mr, k_range, phase)
+
+    def _chunk_phases(self):
+        """(phase, chunk range): the first chunk starts from zero (or the bias), the last
+        applies the epilogue; a single chunk does both."""
+        n = self.chunks
+        if n == 1:
+            return [("only", (0, 1))]
+        phases = [("first", (0, 1))]
+        if n > 2:
+            phases.append(("mid", (1, n - 1)))
+        return phases + [("last", (n - 1, n))]
+
+    def _panels(self, pg, over_rows, mr, k_range, phase):
+        s, kb = self.s, self.kb
+        first = pg * s.nc
+        full = self.N // s.width
+        stop = minimum(first + s.nc, as_expr(full))
+        with kb.loop(stop, start=first, name="p") as p:
+            over_rows(lambda t: self._tile(t, p, mr, s.nr, s.width, k_range, phase))
+        cols = self.N % s.width
+        if cols:
+            with kb.if_((first + s.nc) > full):  # the group that holds the partial panel
+                over_rows(lambda t: self._tile(t, as_expr(full), mr, -(-cols // s.lanes), cols,
+                                               k_range, phase))
+
+    def _tile(self, t, p, mr, nr, cols, k_range, phase):
+        """One register tile at row tile t, panel p; the panel has `cols` real columns."""
+        s, K = self.s, self.K
+        row0 = t * s.mr
+        ops = TileOperands(self.a, lambda ks: row0 * K + ks[0], K,
+                           self.w, lambda ks: (p * K + ks[0]) * s.width)
+        col0 = p * s.width
+
+        def valid(j):
+            return min(s.lanes, cols - j * s.lanes)
+        emit_tile(self.kb, self.tile, [k_range], ops,
+                  lambda i, j: self._initial(phase, row0 + i, col0 + j * s.lanes, valid(j)),
+                  lambda i, j, v: self._store(phase, row0 + i, col0 + j * s.lanes, valid(j), v),
+                  mr=mr, nr=nr)
+
+    def _initial(self, phase, m, n, valid) -> Expr:
+        if phase in ("mid", "last"):
+            return self.y.vec(m * self.N + n, self.s.lanes, valid)
+        if self.bias is not None:
+            return self.bias.vec(n, self.s.lanes)  # padded to whole panels
+        return as_expr(0.0, self.y.dtype)
+
+    def _store(self, phase, m, n, valid, value):
+        if phase in ("last", "only"):
+            if self.residual is not None:
+                value = value + self.residual.vec(m * self.N + n, self.s.lanes, valid)
+            value = apply_activation(self.act, value)
+        self.kb.store_flat(self.y, m * self.N + n, value, valid)
+
+
+@contextlib.contextmanager
+def _maybe_loop(kb, bounds):
+    """A loop over [start, stop), or just the constant start when it has one iteration."""
+    start, stop = bounds
+    if stop - start == 1:
+        yield as_expr(start)
+        return
+    with kb.loop(stop, start=start, name="kc") as c:
+        yield c

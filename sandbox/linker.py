@@ -1,0 +1,84 @@
+"""The link helper: the compile child's only way to run a program.
+
+The compile child forks this helper before it installs its seccomp filter, so the helper may
+still exec the system linker while the child may not. The child sends a request (paths of the
+object file and the weights it wrote, the output path) over a pipe; the helper runs
+compiler_core's own `link_shared` on them and answers with an error message or nothing. It
+has the child's resource limits and the filter without the exec rule.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from . import confine
+
+
+class LinkHelper:
+    def __init__(self, pid: int, requests: int, replies: int):
+        self.pid, self.requests, self.replies = pid, requests, replies
+
+    @classmethod
+    def start(cls) -> "LinkHelper":
+        from_parent, to_helper = os.pipe()  # (read end, write end)
+        from_helper, to_parent = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(to_helper)
+                os.close(from_helper)
+                _serve(from_parent, to_parent)
+            finally:
+                os._exit(1)  # never return into the compile child's code
+        os.close(from_parent)
+        os.close(to_parent)
+        return cls(pid, to_helper, from_helper)
+
+    def link(self, obj: bytes, weights: bytes, workdir: Path, out: Path, openmp: bool,
+             triple: str | None = None) -> None:
+        """The signature of compiler_core.codegen.link.link_shared, run by the helper."""
+        from compiler_core.codegen.link import LinkError
+
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "kernels.o").write_bytes(obj)
+        (workdir / "weights.bin").write_bytes(weights)
+        _send(self.requests, {"workdir": str(workdir), "out": str(out), "openmp": openmp,
+                              "triple": triple})
+        reply = _receive(self.replies)
+        if reply is None or reply.get("error"):
+            raise LinkError((reply or {}).get("error") or "the link helper died")
+
+    def close(self) -> None:
+        os.close(self.requests)
+        os.waitpid(self.pid, 0)
+
+
+def _send(fd: int, message: dict) -> None:
+    os.write(fd, (json.dumps(message) + "\n").encode())
+
+
+def _receive(fd: int) -> dict | None:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return None
+        data += chunk
+    return json.loads(data)
+
+
+def _serve(requests: int, replies: int) -> None:
+    confine.install_seccomp(allow_exec=True)
+    from compiler_core.codegen.link import LinkError, link_shared
+
+    while (request := _receive(requests)) is not None:
+        workdir = Path(request["workdir"])
+        try:
+            link_shared((workdir / "kernels.o").read_bytes(),
+                        (workdir / "weights.bin").read_bytes(), workdir, Path(request["out"]),
+                        bool(request["openmp"]), request.get("triple"))
+            _send(replies, {})
+        except (LinkError, OSError) as exc:
+            _send(replies, {"error": str(exc)})
+    os._exit(0)

@@ -1,0 +1,51 @@
+"""`make bench` end to end on the two small sampling nets, and its table arithmetic."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import table
+from bench.machine import vector_isa
+from bench.models import main, parse_args
+
+
+def test_bench_runs_both_thread_counts_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["--filter", "wavernn", "--threads", "2,1", "--seconds", "0.2", "--kernels",
+                 "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows = report["rows"]
+    assert [(r["model"], r["threads"]) for r in rows] == [
+        ("wavernn", 1), ("wavernn", 2), ("wavernn_sparse80", 1), ("wavernn_sparse80", 2)]
+    assert all(r["allclose"] and r["speedup_ort"] > 0 and r["compile_s"] > 0 for r in rows)
+    assert rows[0]["scaling"] is None and rows[1]["scaling"] == pytest.approx(
+        rows[0]["ours_ms"] / rows[1]["ours_ms"])
+    gru = max(rows[0]["kernels"], key=lambda k: k["flops"])
+    assert gru["op"] == "GRU" and gru["gflops"] > 0 and gru["onnx_nodes"]
+    assert report["machine"]["isa"] in ("AVX2", "AVX-512") and report["sgemm_peak_gflops"] > 1
+    assert [(m["group"], m["threads"]) for m in report["geomeans"]] == [("own models", 1),
+                                                                       ("own models", 2)]
+    printed = capsys.readouterr().out
+    assert "k0_GRU" in printed and "geomean own models (2)" in printed
+
+
+def test_geometric_means_per_group_and_thread_count():
+    rows = [{"group": "g", "threads": 1, "speedup_ort": 2.0, "speedup_openvino": None,
+             "speedup_best": 2.0, "scaling": None},
+            {"group": "g", "threads": 1, "speedup_ort": 0.5, "speedup_openvino": None,
+             "speedup_best": 0.5, "scaling": None}]
+    [mean] = table.group_means(rows, ["g", "h"], [1, 2])
+    assert mean["speedup_ort"] == pytest.approx(1.0) and mean["speedup_openvino"] is None
+    assert "geomean g (2)" in table.format_mean(mean)
+
+
+def test_bad_thread_list_is_refused():
+    with pytest.raises(SystemExit):
+        parse_args(["--threads", "one"])
+
+
+def test_vector_isa_names():
+    assert vector_isa("+avx,+avx2,+fma") == "AVX2"
+    assert vector_isa("+avx2,+avx512f") == "AVX-512"
+    assert vector_isa("-avx2,-avx512f") == "SSE"

@@ -1,0 +1,104 @@
+"""MatMul/Gemm with constant weights: packed panels, register tiles, edges, epilogues, threads."""
+import dataclasses
+import tempfile
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import compiler_core as cc
+from compiler_core.codegen.target_machine import host_spec
+from compiler_core.ir import Graph, Node, Value
+from compiler_core.kernels.packed_gemm import default_gemm_schedule, gemm_space, pack_panels
+from compiler_core.passes.dense_weights import use_packed_gemm
+
+from .helpers import assert_matches, make_model, rand
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 64, 10), (5, 7, 3), (13, 33, 50), (64, 300, 130),
+                                   (7, 1030, 17), (2, 3, 4)])
+def test_matmul_by_constant_matches(m, k, n):
+    model = make_model([helper.make_node("MatMul", ["a", "w"], ["y"])],
+                       [("a", np.float32, [m, k])], [("y", np.float32, [m, n])],
+                       [("w", rand(k, n, seed=1))])
+    assert_matches(model, {"a": rand(m, k)})
+
+
+def test_batched_left_operand_folds_into_rows():
+    model = make_model([helper.make_node("MatMul", ["a", "w"], ["y"])],
+                       [("a", np.float32, [2, 3, 24])], [("y", np.float32, [2, 3, 20])],
+                       [("w", rand(24, 20, seed=1))])
+    got = assert_matches(model, {"a": rand(2, 3, 24)})
+    assert got["y"].shape == (2, 3, 20)
+
+
+@pytest.mark.parametrize("c_shape,beta", [((20,), 0.5), ((1, 20), 1.0), ((9, 20), 1.0), (None, 1.0)])
+def test_gemm_bias_residual_alpha_and_relu(c_shape, beta):
+    inputs = ["a", "w"] + (["c"] if c_shape else [])
+    nodes = [helper.make_node("Gemm", inputs, ["g"], alpha=1.5, beta=beta, transB=1),
+             helper.make_node("Relu", ["g"], ["y"])]
+    inits = [("w", rand(20, 33, seed=1))]
+    feeds = {"a": rand(9, 33)}
+    graph_inputs = [("a", np.float32, [9, 33])]
+    if c_shape == (9, 20):
+        graph_inputs.append(("c", np.float32, list(c_shape)))
+        feeds["c"] = rand(*c_shape, seed=3)
+    elif c_shape:
+        inits.append(("c", rand(*c_shape, seed=2)))
+    model = make_model(nodes, graph_inputs, [("y", np.float32, [9, 20])], inits)
+    assert_matches(model, feeds)
+
+
+def test_two_threads_give_the_same_result():
+    model = make_model([helper.make_node("MatMul", ["a", "w"], ["y"])],
+                       [("a", np.float32, [100, 200])], [("y", np.float32, [100, 70])],
+                       [("w", rand(200, 70, seed=1))])
+    art = cc.compile(model)
+    a = rand(100, 200)
+    with tempfile.TemporaryDirectory() as d:
+        art.save(d)
+        one = cc.load(d, threads=1).run({"a": a})["y"]
+        two = cc.load(d, threads=2).run({"a": a})["y"]
+    np.testing.assert_array_equal(one, two)
+
+
+def _node(m, k, n):
+    a = Value("a", (m, k), np.float32)
+    w = Value("w", (k, n), np.float32, const=rand(k, n))
+    g = Graph([a], [Value("y", (m, n), np.float32)], [], "g")
+    g.nodes = [Node("MatMul", [a, w], g.outputs)]
+    return use_packed_gemm(g).nodes[0]
+
+
+def test_every_schedule_in_the_space_is_correct():
+    """A sample of the autotuner's space: every candidate must compute the same product."""
+    node = _node(23, 70, 45)
+    space = gemm_space(node, host_spec())
+    assert default_gemm_schedule(node, host_spec()) is not None and len(space) > 20
+    a = rand(23, 70)
+    want = a @ node.inputs[1].const
+    for sched in space[::max(1, len(space) // 12)]:
+        y = _run_with_schedule(node, sched, a)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4, err_msg=str(sched))
+
+
+def _run_with_schedule(node, sched, a):
+    from compiler_core.codegen.standalone import KernelLibrary
+    from compiler_core.kernels import lower_node
+    packed = dataclasses.replace(node, schedule=sched, attrs={"packed": True})
+    panels = pack_panels(node.inputs[1].const, sched)
+    packed.inputs = [node.inputs[0], Value("p", panels.shape, np.float32, const=panels),
+                     None, None]
+    lib = KernelLibrary([lower_node(packed, "k", host_spec())])
+    y = np.zeros(node.outputs[0].shape, np.float32)
+    lib(0, a, panels, y)
+    return y
+
+
+def test_panels_hold_columns_in_tile_order():
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    sched = dataclasses.replace(default_gemm_schedule(_node(8, 3, 4), host_spec()), nr=1,
+                                lanes=2)
+    p = pack_panels(w, sched)
+    assert p.shape == (2, 3, 2)
+    np.testing.assert_array_equal(p[1, :, :], w[:, 2:4])

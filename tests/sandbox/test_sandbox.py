@@ -1,0 +1,138 @@
+"""Each property of the sandbox, shown from inside a real child (tests/sandbox/probe_child.py)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sandbox import namespaces
+from sandbox.limits import Limits
+from sandbox.runner import REPO_ROOT, ChildSpec, SandboxError, run_child
+
+PROBE = "tests.sandbox.probe_child"
+SECRETS = {"DJANGO_SECRET_KEY": "s3cr3t-django", "DATABASE_URL": "postgres://u:pw@db/x",
+           "S3_SECRET_ACCESS_KEY": "s3cr3t-s3", "AWS_SECRET_ACCESS_KEY": "s3cr3t-aws",
+           "REDIS_URL": "redis://:pw@redis:6379/0"}
+needs_namespaces = pytest.mark.skipif(not namespaces.availability()[0],
+                                      reason=f"no namespaces: {namespaces.availability()[1]}")
+
+
+@pytest.fixture(params=["namespaces", "fallback"])
+def mode(request, monkeypatch):
+    """Both ways a worker may confine children: with bwrap, and without (some containers)."""
+    if request.param == "namespaces" and not namespaces.availability()[0]:
+        pytest.skip(f"no namespaces: {namespaces.availability()[1]}")
+    if request.param == "fallback":
+        monkeypatch.setenv("TENSORFORGE_SANDBOX_NAMESPACES", "0")
+    namespaces.availability.cache_clear()
+    yield request.param
+    namespaces.availability.cache_clear()
+
+
+def probe(workdir: Path, kind: str, args: dict | None = None, timeout: float = 60,
+          **limits) -> dict:
+    spec = ChildSpec(kind, args or {}, workdir, timeout, Limits(**limits), module=PROBE)
+    return run_child(spec)
+
+
+def leftovers(marker: str) -> list[psutil.Process]:
+    """Live processes whose command line mentions `marker` (zombies are dead already)."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        if p.info["status"] in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            continue
+        if any(marker in part for part in p.info["cmdline"] or []):
+            found.append(p)
+    return found
+
+
+def wait_gone(marker: str, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while leftovers(marker):
+        assert time.monotonic() < deadline, f"still alive: {leftovers(marker)}"
+        time.sleep(0.1)
+
+
+def test_environment_holds_no_secret(mode, tmp_path, monkeypatch):
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    env = probe(tmp_path / "work", "env")
+    assert not set(SECRETS) & set(env)
+    assert not any(v in " ".join(env.values()) for v in SECRETS.values())
+
+
+def test_no_socket_can_be_opened(mode, tmp_path):
+    assert probe(tmp_path / "work", "socket") == {"inet": "EPERM", "inet6": "EPERM",
+                                                  "unix": "EPERM"}
+
+
+def test_no_program_can_be_started(mode, tmp_path):
+    assert probe(tmp_path / "work", "exec") == "EACCES"
+
+
+@needs_namespaces
+def test_only_the_work_directory_is_writable(tmp_path):
+    work = tmp_path / "work"
+    outside = [str(tmp_path / "beside.txt"), str(REPO_ROOT / "escaped.txt"), "/etc/escaped",
+               "/tmp/escaped.txt", "/usr/escaped"]
+    outcomes = probe(work, "write", {"paths": [str(work / "inside.txt"), *outside]})
+    assert outcomes.pop(str(work / "inside.txt")) == "written"
+    assert set(outcomes.values()) <= {"EROFS", "ENOENT", "EACCES"}, outcomes
+    assert not any(Path(p).exists() for p in outside)
+
+
+@needs_namespaces
+def test_files_beside_the_work_directory_are_not_visible(tmp_path):
+    secret = tmp_path / "secret_key"
+    secret.write_text("do not read")
+    assert probe(tmp_path / "work", "read", {"path": str(secret)}) == "ENOENT"
+    assert probe(tmp_path / "work", "read", {"path": "/etc/shadow"}) == "ENOENT"
+
+
+def test_fork_bomb_is_stopped(tmp_path):
+    work = tmp_path / "work"
+    started = time.monotonic()
+    with pytest.raises(SandboxError) as err:
+        probe(work, "fork_bomb", timeout=8, processes=64, cpu_seconds=20)
+    assert err.value.kind == "timeout"
+    assert time.monotonic() - started < 30
+    wait_gone(str(work))
+
+
+def test_disk_filler_is_stopped_by_the_file_size_limit(mode, tmp_path):
+    with pytest.raises(SandboxError) as err:
+        probe(tmp_path / "work", "fill_file", file_mb=16)
+    assert err.value.kind == "disk" and "over the limit of 16 MiB" in str(err.value)
+    assert (tmp_path / "work" / "filler.bin").stat().st_size <= 16 * 2**20
+
+
+def test_disk_filler_is_stopped_by_the_directory_cap(mode, tmp_path):
+    with pytest.raises(SandboxError) as err:
+        probe(tmp_path / "work", "fill_directory", workdir_mb=32)
+    assert err.value.kind == "disk" and "more than 32 MiB" in str(err.value)
+
+
+PARENT = """
+import sys
+from pathlib import Path
+from sandbox.runner import ChildSpec, run_child
+run_child(ChildSpec("sleep", {}, Path(sys.argv[1]), 600, module="tests.sandbox.probe_child"))
+"""
+
+
+def test_parent_death_kills_the_child(mode, tmp_path):
+    work = tmp_path / "work"
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(work)], cwd=REPO_ROOT)
+    deadline = time.monotonic() + 30
+    while not [p for p in leftovers(str(work)) if p.pid != parent.pid]:
+        assert time.monotonic() < deadline, "the child never started"
+        time.sleep(0.1)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    wait_gone(str(work))

@@ -1,0 +1,249 @@
+"""The response side of the REST contract (docs/architecture.md), declared once.
+
+django-ninja serializes every response through these models and generates the OpenAPI
+document from them, so what a client reads and what the schema says cannot drift: a field
+that is not declared here is never sent. Every field is required in the response schema
+(`json_schema_serialization_defaults_required`): a missing value is sent as null, never
+left out. Models read from dicts forbid unknown keys; models read from database rows
+(`Record`) pick their declared attributes and say `additionalProperties: false` too.
+The request side is `webapp/jobs/validation.py` (JobRequest), shared with the console.
+"""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Generic, Literal, TypeVar
+
+from django.urls import reverse
+from ninja import Schema
+from pydantic import ConfigDict, Field, model_validator
+
+from webapp.jobs.models import STAGES, JobState
+from webapp.jobs.validation import Tuning
+
+T = TypeVar("T")
+
+
+class Contract(Schema):
+    """A JSON object of the API: declared fields only, all of them always present."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_serialization_defaults_required=True)
+
+
+class Record(Contract):
+    """A contract object read from a database row, which has more attributes than it shows."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"additionalProperties": False})
+
+
+class Error(Contract):
+    error: str = Field(description="what went wrong and what to do about it")
+
+
+# ---------------------------------------------------------------- models
+
+class TensorSpec(Contract):
+    name: str
+    dtype: str
+    shape: list[int | str] | None = Field(description="strings are symbolic dimensions; "
+                                                      "null when the model does not say")
+
+
+class Model(Record):
+    id: uuid.UUID
+    name: str
+    sha256: str
+    size: int = Field(description="bytes")
+    opset: int | None
+    producer: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    ops: dict[str, int] = Field(description="operator type -> number of nodes")
+    unsupported_ops: list[str] = Field(description="operators this compiler cannot compile; "
+                                                   "a job for this model fails validation")
+    created_at: datetime
+    url: str
+
+    @staticmethod
+    def resolve_url(obj) -> str:
+        return reverse("api:model-detail", args=[obj.id])
+
+
+# ---------------------------------------------------------------- job results
+
+class LatencyStats(Contract):
+    median_ms: float
+    mean_ms: float
+    p90_ms: float
+    p99_ms: float
+    min_ms: float
+    max_ms: float
+    std_ms: float
+    runs: int
+
+
+class CompileStats(Contract):
+    compile_seconds: float
+    arena_bytes: int = Field(description="the preallocated working memory")
+    weights_bytes: int
+    nodes: int = Field(description="graph nodes after optimisation")
+    kernels: int
+
+
+class KernelTiming(Contract):
+    name: str
+    op: str
+    mean_ms: float
+
+
+class JobResults(Contract):
+    """What a finished job measured; the benchmark fields are null when it ran none."""
+
+    target: str | None
+    stats: CompileStats
+    kernel_count: int
+    threads: int
+    benchmark_host: str | None = Field(
+        None, description="the worker that measured the timings on the target's own CPU")
+    benchmark_note: str | None = Field(
+        None, description="why there are no timings, when there are none")
+    compiled: LatencyStats | None = None
+    onnxruntime: LatencyStats | None = None
+    speedup: float | None = Field(None, description="onnxruntime median / compiled median")
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    allclose: bool | None = Field(None, description="outputs match ONNX Runtime's; null when "
+                                                    "they were not compared")
+    checked_under: Literal["native", "emulation"] | None = Field(
+        None, description="where the outputs were compared with ONNX Runtime")
+    kernels: list[KernelTiming] = Field(default_factory=list,
+                                        description="mean time of each kernel")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_skip_note(cls, data):
+        # rows written before benchmark_note existed said it in "benchmark"
+        if isinstance(data, dict) and "benchmark" in data:
+            data = {**data, "benchmark_note": data["benchmark"]}
+            del data["benchmark"]
+        return data
+
+
+class Artifact(Record):
+    name: str
+    size: int
+    sha256: str
+    url: str = Field(description="GET it (with the token) for a redirect to the file")
+
+    @staticmethod
+    def resolve_url(obj, context) -> str:
+        path = reverse("api:job-artifact", args=[obj.job_id, obj.name])
+        return context["request"].build_absolute_uri(path)
+
+
+class ArtifactLink(Contract):
+    name: str
+    size: int
+    sha256: str
+    url: str = Field(description="a presigned URL that downloads the file without a token "
+                                 "and expires after S3_PRESIGN_SECONDS")
+
+
+class BenchmarkRun(Record, LatencyStats):
+    runtime: Literal["compiled", "onnxruntime"]
+    threads: int
+    samples_ms: list[float] = Field(description="every timed run, in order")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flatten_stats(cls, row):
+        return {"runtime": row.runtime, "threads": row.threads, **row.stats,
+                "samples_ms": row.samples_ms}
+
+
+class Job(Record):
+    id: uuid.UUID
+    model: uuid.UUID
+    model_name: str
+    target: str
+    input_shapes: dict[str, list[int]]
+    opt_level: int
+    tuning: Tuning | None
+    threads: int
+    state: Literal[tuple(JobState.values)]  # type: ignore[valid-type]
+    stage: Literal[("", *STAGES)] = Field(  # type: ignore[valid-type]
+        description="the stage running or reached last; empty before the first")
+    stages: list[Literal[tuple(STAGES)]] = Field(  # type: ignore[valid-type]
+        description="the stages this job goes through, in order")
+    progress: float = Field(ge=0, le=1)
+    error: str | None
+    attempts: int
+    worker: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    results: JobResults | None
+    artifacts: list[Artifact]
+    url: str
+
+    @staticmethod
+    def resolve_model(obj) -> uuid.UUID:
+        return obj.model_id
+
+    @staticmethod
+    def resolve_model_name(obj) -> str:
+        return obj.model.name
+
+    @staticmethod
+    def resolve_progress(obj) -> float:
+        return round(obj.progress, 4)
+
+    @staticmethod
+    def resolve_error(obj) -> str | None:
+        return obj.error or None
+
+    @staticmethod
+    def resolve_worker(obj) -> str | None:
+        return obj.worker or None
+
+    @staticmethod
+    def resolve_url(obj) -> str:
+        return reverse("api:job-detail", args=[obj.id])
+
+
+class JobDetail(Job):
+    log_tail: str = Field(description="the last 40 lines of the job's log")
+    benchmarks: list[BenchmarkRun]
+
+    @staticmethod
+    def resolve_log_tail(obj) -> str:
+        return "\n".join(obj.log.splitlines()[-40:])
+
+
+# ---------------------------------------------------------------- targets and pages
+
+class Target(Contract):
+    name: str
+    description: str
+    arch: str = Field(description="CPU architecture of its code: x86_64 or aarch64")
+    triple: str
+    cpu: str
+    features: str = Field(description="LLVM target features")
+    vector_bits: int
+    benchmark_online: bool = Field(
+        description="a worker whose CPU runs this target is online, so jobs get timings; "
+                    "otherwise they are compiled and say no benchmark host was available")
+    benchmark_hosts: list[str] = Field(description="the online workers that benchmark it")
+
+
+class TargetList(Contract):
+    results: list[Target]
+
+
+class Page(Contract, Generic[T]):
+    count: int = Field(description="items over all pages")
+    page: int
+    page_size: int
+    next: str | None = Field(description="the next page's path, null on the last")
+    previous: str | None
+    results: list[T]
