@@ -10,6 +10,7 @@ import numpy as np
 
 from .codegen.link import LinkError
 from .errors import CompileError, RuntimeInputError
+from .passes.weight_precision import WEIGHT_DTYPES
 from .runtime.emulation import EmulationError
 
 
@@ -47,14 +48,28 @@ def cmd_compile(args) -> int:
     tuning = None
     if args.tune_trials or args.tune_seconds:
         tuning = {"trials": args.tune_trials, "seconds": args.tune_seconds, "records": args.records}
+    sample_inputs = None
+    if args.sample_inputs:
+        from .runtime.feeds import load_feeds
+        sample_inputs = load_feeds(args.sample_inputs)
     art = compile(args.model, input_shapes=shapes, target=args.target, opt_level=args.opt_level,
-                  tuning=tuning)
+                  tuning=tuning, weight_dtype=args.weight_dtype, sample_inputs=sample_inputs)
     art.save(args.output)
     stats = art.meta["stats"]
     print(f"compiled {len(art.meta['kernels'])} kernels in {stats['compile_seconds']:.2f}s -> "
           f"{args.output} (arena {stats['arena_bytes'] / 2**20:.1f} MiB, "
           f"weights {stats['weights_bytes'] / 2**20:.1f} MiB)")
+    if "weight_precision" in art.meta:
+        print_precision(art.meta["weight_precision"])
     return 0
+
+
+def print_precision(report: dict) -> None:
+    acc = report["accuracy"]
+    print(f"{report['weight_dtype']} weights in {len(report['layers'])} layers; error against "
+          f"float32 on {acc['inputs']} inputs (measured on {acc['measured_on']}):")
+    for name, e in acc["outputs"].items():
+        print(f"  {name}: max_abs_err {e['max_abs_err']:.3g}  max_rel_err {e['max_rel_err']:.3g}")
 
 
 def cmd_run(args) -> int:
@@ -113,6 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tune-trials", type=int)
     p.add_argument("--tune-seconds", type=float)
     p.add_argument("--records")
+    p.add_argument("--weight-dtype", default="float32", choices=WEIGHT_DTYPES,
+                   help="store dense and recurrent weights at this precision (default float32)")
+    p.add_argument("--sample-inputs", metavar="FEEDS.npz",
+                   help="inputs on which a reduced --weight-dtype's error is measured "
+                        "(default: random)")
     p.set_defaults(fn=cmd_compile)
     p = sub.add_parser("run", help="run an artifact on inputs from an .npz file")
     p.add_argument("artifact")

@@ -14,6 +14,7 @@ from .fold_batchnorm import fold_batchnorm
 from .fuse_activation import fuse_activation
 from .fuse_elementwise import fuse_elementwise
 from .pack_weights import pack_weights
+from .weight_precision import store_weights_as
 
 Pass = Callable[[Graph], Graph]
 
@@ -36,7 +37,10 @@ def get_pipeline(name: str, spec: MachineSpec | None = None) -> list[Pass]:
     return [p(spec) if p.__name__.endswith("_for") else p for p in PIPELINES[name]]
 
 
-def run_pipeline(graph: Graph, opt_level: int, spec: MachineSpec | None = None) -> Graph:
-    for p in get_pipeline(f"O{min(max(opt_level, 0), 3)}", spec):
+def run_pipeline(graph: Graph, opt_level: int, spec: MachineSpec | None = None,
+                 weight_dtype: str = "float32") -> Graph:
+    """The opt level's pipeline, then (last: it converts the packed layouts) the weights
+    stored as `weight_dtype` (passes/weight_precision.py)."""
+    for p in get_pipeline(f"O{min(max(opt_level, 0), 3)}", spec) + [store_weights_as(weight_dtype)]:
         graph = p(graph)
     return graph
