@@ -23,26 +23,29 @@ from .kernels import (LOWERINGS, add_error_flags, error_message, has_error_flag,
 from .passes.memory_plan import MemoryPlan, plan_memory
 from .passes.pipeline import run_pipeline
 from .targets import get_target
+from .tune import RecordStore, Tuner, parse_tuning
 
 
 def compile(model, input_shapes: dict | None = None, target: str = "native", opt_level: int = 3,
             tuning=None, progress: Callable[[str], None] | None = None,
-            link: Callable = link_shared) -> Artifact:
+            link: Callable = link_shared, on_tune: Callable[[dict], None] | None = None,
+            records=None) -> Artifact:
     """`progress(stage)` is called as each stage starts: validate, optimize, [tune,] build.
     `link` runs the system linker (link_shared's signature); a sandbox that forbids exec
-    passes one that asks a helper process."""
+    passes one that asks a helper process. `tuning` (tune/request.py) makes the autotuner
+    pick schedules; `on_tune(event)` follows its progress; `records` is a records store
+    (tune/records.py) that replaces the request's records file (the service's table)."""
     report = progress or (lambda stage: None)
     if opt_level not in (0, 1, 2, 3):
         raise CompileError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
     tgt = get_target(target)
+    tuner = make_tuner(parse_tuning(tuning), tgt, opt_level, on_tune, records)
     started = time.perf_counter()
     report("validate")
     graph = import_model(model, input_shapes)
     layers = graph_costs(graph.nodes)  # before fusion: one entry per ONNX node
     report("optimize")
-    graph = run_pipeline(graph, opt_level, tgt.spec)
-    if tuning:
-        report("tune")
+    graph = run_pipeline(graph, opt_level, tgt.spec, tuner and _stage(report, "tune", tuner))
     report("build")
     plan = plan_memory(add_error_flags(graph))
     check_arena(plan.arena_size)  # before the arena or any kernel exists
@@ -59,8 +62,30 @@ def compile(model, input_shapes: dict | None = None, target: str = "native", opt
              "arena_bytes": plan.arena_size, "weights_bytes": plan.weights_size,
              "nodes": len(graph.nodes), "kernels": len(steps),
              "flops": sum(k["flops"] for k in analysis["kernels"])}
-    return Artifact(artifact_files(graph, tgt, opt_level, steps, so_bytes, stats, tuning,
-                                   analysis))
+    return Artifact(artifact_files(graph, tgt, opt_level, steps, so_bytes, stats,
+                                   tuner and tuner.summary(), analysis))
+
+
+def make_tuner(request, tgt, opt_level, on_tune, records) -> Tuner | None:
+    """The tuning pass for this compile; it only applies records when the target's code
+    cannot run (and so cannot be timed) on this machine."""
+    if request is None:
+        return None
+    measure = request.measures and tgt.runs_here
+    tuner = Tuner(request, tgt.spec, opt_level, records or RecordStore(request.records),
+                  measure=measure, on_progress=on_tune)
+    if request.measures and not measure:
+        tuner.note = (f"not tuned: code for {tgt.name} cannot be timed on this machine; "
+                      "records for it were applied")
+    return tuner
+
+
+def _stage(report, stage: str, fn):
+    def run(graph):
+        report(stage)
+        return fn(graph)
+    run.__name__ = fn.__class__.__name__
+    return run
 
 
 def work_analysis(layers: dict, steps: list[Step], step_nodes: list) -> dict:

@@ -36,7 +36,19 @@ def get_pipeline(name: str, spec: MachineSpec | None = None) -> list[Pass]:
     return [p(spec) if p.__name__.endswith("_for") else p for p in PIPELINES[name]]
 
 
-def run_pipeline(graph: Graph, opt_level: int, spec: MachineSpec | None = None) -> Graph:
-    for p in get_pipeline(f"O{min(max(opt_level, 0), 3)}", spec):
+def split_at_schedules(opt_level: int, spec: MachineSpec | None = None):
+    """(passes up to and including assign_schedules, the passes after it): the autotuner
+    picks schedules in between, and finishes candidate nodes with the second list."""
+    passes = get_pipeline(f"O{min(max(opt_level, 0), 3)}", spec)
+    cut = next(i for i, p in enumerate(passes) if p.__name__ == "assign_schedules") + 1
+    return passes[:cut], passes[cut:]
+
+
+def run_pipeline(graph: Graph, opt_level: int, spec: MachineSpec | None = None,
+                 choose_schedules: Pass | None = None) -> Graph:
+    """`choose_schedules` (the autotuner, or tuning records) runs right after the default
+    schedules are assigned, before the passes that follow them (weight packing)."""
+    before, after = split_at_schedules(opt_level, spec)
+    for p in before + ([choose_schedules] if choose_schedules else []) + after:
         graph = p(graph)
     return graph
