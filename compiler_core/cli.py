@@ -10,6 +10,7 @@ import numpy as np
 
 from .codegen.link import LinkError
 from .errors import CompileError, RuntimeInputError
+from .passes.weight_precision import WEIGHT_DTYPES
 from .runtime.emulation import EmulationError
 
 
@@ -47,8 +48,13 @@ def cmd_compile(args) -> int:
     tuning = None
     if args.tune_trials or args.tune_seconds or args.records:
         tuning = {"trials": args.tune_trials, "seconds": args.tune_seconds, "records": args.records}
+    sample_inputs = None
+    if args.sample_inputs:
+        from .runtime.feeds import load_feeds
+        sample_inputs = load_feeds(args.sample_inputs)
     art = compile(args.model, input_shapes=shapes, target=args.target, opt_level=args.opt_level,
-                  tuning=tuning, on_tune=TuningBar() if sys.stderr.isatty() else None)
+                  tuning=tuning, weight_dtype=args.weight_dtype, sample_inputs=sample_inputs,
+                  on_tune=TuningBar() if sys.stderr.isatty() else None)
     art.save(args.output)
     stats = art.meta["stats"]
     if tuning:
@@ -56,6 +62,8 @@ def cmd_compile(args) -> int:
     print(f"compiled {len(art.meta['kernels'])} kernels in {stats['compile_seconds']:.2f}s -> "
           f"{args.output} (arena {stats['arena_bytes'] / 2**20:.1f} MiB, "
           f"weights {stats['weights_bytes'] / 2**20:.1f} MiB)")
+    if "weight_precision" in art.meta:
+        print_precision(art.meta["weight_precision"])
     return 0
 
 
@@ -85,6 +93,14 @@ def cmd_records(args) -> int:
     from .tune.records_cli import run_records_command
     print(run_records_command(args.action, args.files, args.output, args.target))
     return 0
+
+
+def print_precision(report: dict) -> None:
+    acc = report["accuracy"]
+    print(f"{report['weight_dtype']} weights in {len(report['layers'])} layers; error against "
+          f"float32 on {acc['inputs']} inputs (measured on {acc['measured_on']}):")
+    for name, e in acc["outputs"].items():
+        print(f"  {name}: max_abs_err {e['max_abs_err']:.3g}  max_rel_err {e['max_rel_err']:.3g}")
 
 
 def cmd_run(args) -> int:
@@ -144,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tune-seconds", type=float)
     p.add_argument("--records", help="tuning records (JSON lines): applied, and new "
                    "measurements appended")
+    p.add_argument("--weight-dtype", default="float32", choices=WEIGHT_DTYPES,
+                   help="store dense and recurrent weights at this precision (default float32)")
+    p.add_argument("--sample-inputs", metavar="FEEDS.npz",
+                   help="inputs on which a reduced --weight-dtype's error is measured "
+                        "(default: random)")
     p.set_defaults(fn=cmd_compile)
     p = sub.add_parser("records", help="export, import or merge tuning records files")
     p.add_argument("action", choices=["export", "import", "merge"])

@@ -14,10 +14,17 @@ Per direction the kernel does two things:
 Both products run over contiguous gates in the row and in the weights, which the converter
 transposed to [dirs, in, gates*H]; LLVM turns the inner loops into vector FMAs. The hidden
 and cell states live directly in the Y_h / Y_c outputs.
+
+W and R may be stored as float16 or int8 (passes/weight_precision.py): loads are widened
+to float32 in registers; int8 ones come with a scale per gate unit (inputs 8 and 9), applied
+to each sweep's sum of products rather than to every weight.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import functools
+import operator
 
 from ..ir.loops import INDEX, Buf, Const, as_expr, cast, maximum, minimum
 from .elementwise import SCALAR
@@ -61,6 +68,7 @@ class Cell:
     hidden: int
     layout: int
     clip: float | None
+    scales: dict = field(default_factory=dict)  # id(wt or rt) -> int8 scales [dirs, gates*H]
 
     @property
     def seq(self) -> int:
@@ -121,12 +129,17 @@ class Cell:
         vs = [[kb.local(out.dtype, vec_at(first + u), "v") for u in range(count)]
               for vec_at in vec_ats]
         with kb.loop(n) as g:
-            w = [weights[d, first + u, col + g] for u in range(count)]
+            w = [cast(weights[d, first + u, col + g], out.dtype) for u in range(count)]
             for start, row_vs in zip(starts, vs):
-                total = out.flat(start + g)
-                for v, wu in zip(row_vs, w):
-                    total = total + kb.get(v) * wu
-                kb.store(out, start + g, total)
+                products = functools.reduce(operator.add,
+                                            [kb.get(v) * wu for v, wu in zip(row_vs, w)])
+                kb.store(out, start + g, out.flat(start + g)
+                         + self.scaled(weights, d, col + g, products))
+
+    def scaled(self, weights: Buf, d, g, products):
+        """A sum of products with int8 weights times the gate unit's scale."""
+        scale = self.scales.get(id(weights))
+        return products if scale is None else products * scale[d, g]
 
     def project_inputs(self, d, bias_of):
         """proj[t, b, :] = bias + x[t, b, :] @ WT[d] for every step, weight rows outermost
@@ -168,9 +181,10 @@ def _make_cell(node, kb, ins, outs) -> Cell:
     """outs: Y, Y_h, (Y_c,) proj, (row, GRU only)."""
     x, wt, rt, bias, lens = ins[:5]
     scratch = outs[3 if node.op == "LSTM" else 2:]
+    scales = {id(wt): ins[8], id(rt): ins[9]} if len(ins) > 8 else {}
     return Cell(kb, x, wt, rt, bias, lens, outs[0], outs[1], scratch[0],
                 scratch[1] if len(scratch) > 1 else None,
-                node.attrs["hidden_size"], node.attrs["layout"], node.attrs["clip"])
+                node.attrs["hidden_size"], node.attrs["layout"], node.attrs["clip"], scales)
 
 
 def _init_state(cell: Cell, state: Buf, initial: Buf | None, d):

@@ -27,6 +27,7 @@ class BuildTask:
     opt_level: int
     checked: list[int]     # outputs compared with the reference (the others are scratch)
     threads: int = 1
+    weight_dtype: str = "float32"
 
 
 def finished_node(task: BuildTask, schedule) -> Node:
@@ -35,7 +36,7 @@ def finished_node(task: BuildTask, schedule) -> Node:
                                outputs=list(task.node.outputs), attrs=dict(task.node.attrs))
     graph = Graph([v for v in node.inputs if v is not None and not v.is_const],
                   list(node.outputs), [node])
-    for p in split_at_schedules(task.opt_level, task.spec)[1]:
+    for p in split_at_schedules(task.opt_level, task.spec, task.weight_dtype)[1]:
         graph = p(graph)
     (node,) = add_error_flags(graph).nodes
     return node

@@ -67,13 +67,14 @@ class Workload:
         return d * len(self.nodes) if d else self.guess
 
 
-def collect_workloads(graph: Graph, spec: MachineSpec) -> list[Workload]:
+def collect_workloads(graph: Graph, spec: MachineSpec,
+                      weight_dtype: str = "float32") -> list[Workload]:
     read = {v for n in graph.nodes for v in n.inputs if v is not None} | set(graph.outputs)
     by_key: dict[str, Workload] = {}
     for n in graph.nodes:
         if not tunable(n):
             continue
-        key = workload_key(n)
+        key = workload_key(n, weight_dtype)
         if key not in by_key:
             checked = [k for k, v in enumerate(n.outputs) if v in read] or [0]
             by_key[key] = Workload(key, [], space_of(n, spec), checked, 0.0)
@@ -94,19 +95,20 @@ class Tuner:
     def __init__(self, request: TuningRequest, spec: MachineSpec, opt_level: int,
                  store: RecordStore, measure: bool = True,
                  on_progress: Callable[[dict], None] | None = None,
-                 strategy: Strategy | None = None, run: Callable = run_batch):
+                 strategy: Strategy | None = None, run: Callable = run_batch,
+                 weight_dtype: str = "float32"):
         self.request, self.spec, self.opt_level, self.store = request, spec, opt_level, store
         self.target = target_key(spec, request.threads)
         self.measure, self.on_progress = measure, on_progress or (lambda event: None)
         self.strategy = strategy or make_strategy()
-        self.run_batch = run
+        self.run_batch, self.weight_dtype = run, weight_dtype
         self.workloads: list[Workload] = []
         self.trials, self.failures, self.seconds = 0, 0, 0.0
         self.curve: list[dict] = []
         self.note: str | None = None
 
     def __call__(self, graph: Graph) -> Graph:
-        self.workloads = collect_workloads(graph, self.spec)
+        self.workloads = collect_workloads(graph, self.spec, self.weight_dtype)
         for w in self.workloads:
             self._load_records(w)
         started = time.monotonic()
@@ -164,7 +166,7 @@ class Tuner:
             return
         before = w.best.seconds if w.best else None
         task = BuildTask(w.nodes[0], [w.space[0]] + batch, self.spec, self.opt_level,
-                         w.checked, self.request.threads)
+                         w.checked, self.request.threads, self.weight_dtype)
         measured = self.run_batch(task)
         for m in measured[0 if fresh else 1:]:
             self._record(w, m)

@@ -17,10 +17,13 @@ from ..codegen.target_machine import MachineSpec
 from ..ir import Node
 
 
-def workload_key(node: Node) -> str:
-    """`<op>-<digest>`: the op stays readable in records files."""
+def workload_key(node: Node, weight_dtype: str = "float32") -> str:
+    """`<op>-<digest>`: the op stays readable in records files. Weights stored at reduced
+    precision (passes/weight_precision.py) make other kernels: another workload."""
     from ..driver import kernel_key  # the driver imports the tuner
     key = kernel_key(dataclasses.replace(node, schedule=None))
+    if weight_dtype != "float32":
+        key = (key, weight_dtype)
     return f"{node.op}-{hashlib.sha256(repr(key).encode()).hexdigest()[:24]}"
 
 

@@ -89,7 +89,7 @@ def conv(cx, inputs):
     koff = cx.const(conv_tap_offsets(C // group, kernel, dilations, strides, q_shape), "conv_taps")
     outs = [((N, OC, *out), x.dtype)]
     if P != int(np.prod(out)):
-        outs.append(((OC, P + slack), x.dtype))  # scratch for the wide output
+        outs.append(((N * OC, P + slack), x.dtype))  # scratch for the wide output, per image
     attrs = {"group": group, "strides": strides, "dilations": dilations, "kernel_shape": kernel,
              "pads_begin": pb, "pads_end": pe, "activation": None}
     names = [cx.node.output[0], "conv_wide"][:len(outs)]
