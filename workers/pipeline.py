@@ -194,7 +194,8 @@ def compile_stage(run: JobRun, model_path: Path, out_dir: Path) -> dict:
     result = run.child("compile", {
         "model_path": str(model_path), "out_dir": str(out_dir), "target": job.target,
         "input_shapes": job.input_shapes, "opt_level": job.opt_level, "tuning": job.tuning,
-        "threads": job.threads}, settings.SANDBOX_COMPILE_TIMEOUT)
+        "threads": job.threads, "weight_dtype": job.weight_dtype},
+        settings.SANDBOX_COMPILE_TIMEOUT)
     stats = result["meta"].get("stats", {})
     run.log(f"compiled: {len(result['meta'].get('kernels', []))} kernels, "
             f"{stats.get('compile_seconds', '?')} s")
@@ -279,7 +280,9 @@ def results_summary(job: CompileJob, meta: dict, bench: dict | None) -> dict:
     results = {"target": meta.get("target", {}).get("name"),
                "stats": {k: meta["stats"][k] for k in CompileStats.model_fields},
                "kernel_count": len(meta.get("kernels", [])),
-               "threads": job.threads}
+               "threads": job.threads,
+               # measured at compile time on the inputs the benchmark uses (seed 0)
+               "weight_precision": meta.get("weight_precision")}
     if bench is None:
         results["benchmark_note"] = no_benchmark_note(job, emulated=False)
     elif bench.get("emulated"):

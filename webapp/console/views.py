@@ -51,7 +51,8 @@ def model_detail(request, model_id):
     return render(request, "console/model_detail.html", {
         "model": model, "ops": ops, "unsupported": set(model.unsupported_ops),
         "symbolic": forms.symbolic_fields(model), "targets": forms.target_choices(),
-        "opt_levels": forms.OPT_LEVELS, "values": form_values, "error": error,
+        "opt_levels": forms.OPT_LEVELS, "weight_dtypes": forms.WEIGHT_DTYPES,
+        "values": form_values, "error": error,
         "jobs": model.jobs.all()[:50], "nav": "models"}, status=400 if error else 200)
 
 

@@ -69,6 +69,7 @@ class CompileJob(models.Model):
     opt_level = models.IntegerField(default=3)
     tuning = models.JSONField(null=True, blank=True)  # None, {"trials": N} or {"seconds": S}
     threads = models.IntegerField(default=1)
+    weight_dtype = models.CharField(max_length=10, default="float32")  # float32, float16, int8
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.QUEUED)
     stage = models.CharField(max_length=20, blank=True)
     progress = models.FloatField(default=0.0)
