@@ -19,9 +19,18 @@ def space_of(node: Node, spec: MachineSpec) -> list:
     return [node.schedule] + rest
 
 
+def flat_knobs(schedule) -> tuple:
+    """Every knob's value, nested schedules (a Conv's GEMM tiles) flattened."""
+    out: list = []
+    for f in dataclasses.fields(schedule):
+        v = getattr(schedule, f.name)
+        out.extend(flat_knobs(v) if dataclasses.is_dataclass(v) else [v])
+    return tuple(out)
+
+
 def knob_distance(a, b) -> int:
     """How many knobs two schedules of one family set differently."""
-    return sum(x != y for x, y in zip(dataclasses.astuple(a), dataclasses.astuple(b)))
+    return sum(x != y for x, y in zip(flat_knobs(a), flat_knobs(b)))
 
 
 def neighbours(schedule, space: list, within: int = 1) -> list:

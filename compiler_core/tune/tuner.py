@@ -170,7 +170,7 @@ class Tuner:
         measured = self.run_batch(task)
         for m in measured[0 if fresh else 1:]:
             self._record(w, m)
-        self.strategy.observe(w, measured[1:])
+        self.strategy.observe(w, measured[0 if fresh else 1:])
         w.source = "tuned"
         self._after_batch(w, before, len(batch), measured[0])
 
