@@ -87,8 +87,9 @@ def artifact_files(graph, target, opt_level, steps, so_bytes, stats, tuning,
     return files
 
 
-def tuning_summary(tuning) -> dict:
-    return {"enabled": bool(tuning), "request": tuning if isinstance(tuning, dict) else None}
+def tuning_summary(tuning: dict | None) -> dict:
+    """`tuning` is the tuner's summary (tune/tuner.py), None when the compile did not tune."""
+    return tuning or {"enabled": False, "request": None}
 
 
 def _c_name(name: str) -> str:

@@ -9,6 +9,7 @@ serves plain matrices, implicit convolution matrices and fused epilogues.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from ..ir.loops import INDEX, Buf, Expr, Get, as_expr, minimum, select
 from .epilogue import apply_activation
+from .elementwise import loop_kind
 from .registry import lowering
 
 # The default tiles (see default_tiles): at most 6 rows per register tile, and columns by
@@ -226,7 +228,7 @@ def lower_matmul(node, kb, ins, outs):
     M, K = a_mat[-2:]
     N = b_mat[-1]
     batch = tuple(np.broadcast_shapes(a_mat[:-2], b_mat[:-2]))
-    with kb.loops(batch) as idx:
+    with kb.loops(batch, kind=loop_kind(2 * M * N * K * math.prod(batch) // 64)) as idx:
         a_base = _batch_offsets(idx, a_mat[:-2], batch) * (M * K)
         b_base = _batch_offsets(idx, b_mat[:-2], batch) * (K * N)
         y_base = _batch_offsets(idx, batch, batch) * (M * N)

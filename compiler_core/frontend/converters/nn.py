@@ -200,7 +200,7 @@ def _pool(cx, inputs, kind: str, p: float = 2):
     outs = [(y_shape, x.dtype)]
     P = wide_size(out, q_shape)
     if P != int(np.prod(out)):
-        outs.append(((x.shape[1], P), x.dtype))
+        outs.append(((x.shape[0] * x.shape[1], P), x.dtype))  # wide rows, per image
     names = [cx.node.output[0], "pool_wide"][:len(outs)]
     return cx.emit("WindowPool", ins, outs, {"kind": kind, "p": p}, names)[:1]
 
