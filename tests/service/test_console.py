@@ -90,6 +90,7 @@ def test_job_page_and_api_show_the_weight_precision_error(browser, api, uploaded
     CompileJob.objects.filter(pk=job_id).update(
         state="succeeded", stage="upload", progress=1.0,
         results={**RESULTS, "weight_precision": PRECISION, "target": "native", "threads": 1,
+                 "allclose": False,
                  "stats": {"compile_seconds": 0.2, "arena_bytes": 64, "weights_bytes": 2048,
                            "nodes": 1, "kernels": 1}})
     page = browser.get(f"/jobs/{job_id}/").content.decode()
@@ -97,6 +98,7 @@ def test_job_page_and_api_show_the_weight_precision_error(browser, api, uploaded
     assert "int8 weights: error against float32" in table and "1 layer stored as int8" in table
     assert "probs" in table and "3.50e-04" in table and "2.50e-03" in table
     assert "int8 weights ·" in page
+    assert "mismatch" not in page and "int8 error" in page  # not allclose, as int8 weights chose
     results = api.get(f"/api/v1/jobs/{job_id}").json()["results"]
     assert results["weight_precision"] == PRECISION
 
