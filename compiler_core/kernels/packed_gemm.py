@@ -56,6 +56,8 @@ def default_gemm_schedule(node, spec) -> GemmSchedule:
     M, N, K = gemm_dims(node)
     lanes = spec.vector_bits // 32
     nr = 2 if N > lanes else 1
+    if M < 4:  # few rows, too few accumulators to hide the FMA latency: more vectors per row
+        nr = min(4, -(-N // lanes))
     mr = min((spec.vector_registers - nr - 1) // nr, 6 if spec.vector_registers <= 16 else 8, M)
     kc = K if K <= 512 else math.ceil(K / math.ceil(K / 384))
     panels = -(-N // (nr * lanes))

@@ -16,15 +16,13 @@ transposed to [dirs, in, gates*H]; LLVM turns the inner loops into vector FMAs. 
 and cell states live directly in the Y_h / Y_c outputs.
 
 W and R may be stored as float16 or int8 (passes/weight_precision.py): loads are widened
-to float32 in registers; int8 ones come with a scale per gate unit (inputs 8 and 9), applied
-to each sweep's sum of products rather than to every weight.
+to float32 in registers; int8 ones come with a scale per gate unit (inputs 8 and 9). The
+sweeps then add unscaled products to a row that was divided by the scales beforehand and is
+multiplied by them afterwards: two passes over the row instead of a multiply per sweep.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import functools
-import operator
 
 from ..ir.loops import INDEX, Buf, Const, as_expr, cast, maximum, minimum
 from .elementwise import SCALAR
@@ -119,8 +117,18 @@ class Cell:
 
     def accumulate(self, out: Buf, starts, n, weights: Buf, d, col, vec_ats, length):
         """For each (start, vec_at): out[start + g] += sum_i vec(i) * weights[d, i, col + g]."""
+        scale = self.scales.get(id(weights))
+        for start in starts if scale is not None else []:
+            self.rescale(out, start, n, lambda g: scale[d, col + g], divide=True)
         in_sweeps(self.kb, length, lambda first, count: self.sweep_rows(
             out, starts, n, weights, d, col, vec_ats, first, count))
+        for start in starts if scale is not None else []:
+            self.rescale(out, start, n, lambda g: scale[d, col + g], divide=False)
+
+    def rescale(self, out: Buf, start, n, scale_of, divide: bool):
+        with self.kb.loop(n) as g:
+            value, scale = out.flat(start + g), scale_of(g)
+            self.kb.store(out, start + g, value / scale if divide else value * scale)
 
     def sweep_rows(self, out, starts, n, weights, d, col, vec_ats, first, count):
         """For each (start, vec_at) pair: out[start + g] += sum_u vec(first + u) * W[first + u, g].
@@ -131,23 +139,25 @@ class Cell:
         with kb.loop(n) as g:
             w = [cast(weights[d, first + u, col + g], out.dtype) for u in range(count)]
             for start, row_vs in zip(starts, vs):
-                products = functools.reduce(operator.add,
-                                            [kb.get(v) * wu for v, wu in zip(row_vs, w)])
-                kb.store(out, start + g, out.flat(start + g)
-                         + self.scaled(weights, d, col + g, products))
-
-    def scaled(self, weights: Buf, d, g, products):
-        """A sum of products with int8 weights times the gate unit's scale."""
-        scale = self.scales.get(id(weights))
-        return products if scale is None else products * scale[d, g]
+                total = out.flat(start + g)
+                for v, wu in zip(row_vs, w):
+                    total = total + kb.get(v) * wu
+                kb.store(out, start + g, total)
 
     def project_inputs(self, d, bias_of):
         """proj[t, b, :] = bias + x[t, b, :] @ WT[d] for every step, weight rows outermost
         and ROWS_SHARING_WEIGHTS steps sharing each weight load."""
         kb = self.kb
+        scale = self.scales.get(id(self.wt))
+        if scale is not None:  # int8: proj = scale * (bias / scale + x @ Q)
+            bias_of = (lambda g, unscaled=bias_of: unscaled(g) / scale[d, g])
         with kb.loop(self.seq) as t, kb.loop(self.batch) as b:
             self.init_row(self.proj, self.proj_start(t, b), self.width, bias_of)
         in_sweeps(kb, self.wt.shape[1], lambda first, count: self._project_rows(d, first, count))
+        if scale is not None:
+            with kb.loop(self.seq) as t, kb.loop(self.batch) as b:
+                self.rescale(self.proj, self.proj_start(t, b), self.width,
+                             lambda g: scale[d, g], divide=False)
 
     def _project_rows(self, d, first, count):
         steps = self.seq * self.batch   # (t, b) pairs, numbered r = t * batch + b

@@ -67,9 +67,11 @@ def store_weights_as(weight_dtype: str) -> Callable[[Graph], Graph]:
 
 def quantize_int8(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     """(q, scale): symmetric per-channel int8, reducing over `axis` (the input dimension), so
-    w ~= q * scale with scale broadcast back along `axis`. All-zero channels get scale 0."""
+    w ~= q * scale with scale broadcast back along `axis`. All-zero channels get scale 1 (q
+    is 0 there anyway): kernels may divide by a scale."""
     scale = np.max(np.abs(w), axis=axis, keepdims=True).astype(np.float32) / np.float32(127)
-    q = np.round(w / np.where(scale == 0, np.float32(1), scale))
+    scale = np.where(scale == 0, np.float32(1), scale)
+    q = np.round(w / scale)
     return np.clip(q, -127, 127).astype(np.int8), np.squeeze(scale, axis)
 
 

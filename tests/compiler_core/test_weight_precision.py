@@ -23,7 +23,7 @@ def test_int8_quantization_is_per_output_channel_and_symmetric():
     w[:, :, 5] *= 100  # one loud channel must not coarsen the others
     w[:, :, 2] = 0
     q, scale = quantize_int8(w, axis=1)
-    assert q.dtype == np.int8 and scale.shape == (3, 8) and (scale[:, 2] == 0).all()
+    assert q.dtype == np.int8 and scale.shape == (3, 8) and (q[:, :, 2] == 0).all()
     assert np.abs(q).max() == 127 and q.min() >= -127
     err = np.abs(q * scale[:, None, :] - w)
     assert (err <= scale[:, None, :] / 2 + 1e-7).all()
