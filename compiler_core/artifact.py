@@ -29,6 +29,12 @@ class Artifact:
     def meta(self) -> dict:
         return json.loads(self.files["meta.json"])
 
+    def with_meta(self, **entries) -> "Artifact":
+        """The same files with `entries` added to meta.json (whose sha256 list covers the
+        other files only, so it stays right)."""
+        return Artifact({**self.files, "meta.json": json.dumps({**self.meta, **entries},
+                                                               indent=2).encode()})
+
     def save(self, directory) -> Path:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -89,8 +95,9 @@ def sparse_layers(graph) -> list[dict]:
             if n.op == "SparseGemm"]
 
 
-def tuning_summary(tuning) -> dict:
-    return {"enabled": bool(tuning), "request": tuning if isinstance(tuning, dict) else None}
+def tuning_summary(tuning: dict | None) -> dict:
+    """`tuning` is the tuner's summary (tune/tuner.py), None when the compile did not tune."""
+    return tuning or {"enabled": False, "request": None}
 
 
 def _c_name(name: str) -> str:
