@@ -147,7 +147,16 @@ class Tuner:
 
     def _pick(self) -> Workload | None:
         live = [w for w in self.workloads if not w.done]
-        return max(live, key=lambda w: w.estimate / (w.trials + BATCH)) if live else None
+        scale = self._calibration()
+        return max(live, key=lambda w: w.estimate * (1.0 if w.default_seconds else scale)
+                   / (w.trials + BATCH)) if live else None
+
+    def _calibration(self) -> float:
+        """How far the a-priori guesses are from the times measured so far (their median
+        ratio), so that untimed kernels compete fairly with timed ones for the budget."""
+        ratios = sorted(w.estimate / w.guess for w in self.workloads
+                        if w.default_seconds and w.guess > 0)
+        return ratios[len(ratios) // 2] if ratios else 1.0
 
     def _spend(self, started: float) -> None:
         while not self._out_of_budget(started):

@@ -111,7 +111,8 @@ def clean_tables(database):
     yield
     from django.contrib.auth import get_user_model
 
-    from webapp.jobs.models import CompileJob, UploadedModel
+    from webapp.jobs.models import CompileJob, TuningRecord, UploadedModel
+    TuningRecord.objects.all().delete()  # shared by every job: outlives them in a deployment
     CompileJob.objects.all().delete()
     UploadedModel.objects.all().delete()
     get_user_model().objects.all().delete()

@@ -160,3 +160,17 @@ def test_admin_for_operators(make_user):
     client.login(username="root", password="correct-horse-battery")
     for path in ("/admin/", "/admin/jobs/compilejob/", "/admin/accounts/apitoken/"):
         assert client.get(path).status_code == 200, path
+
+
+def test_job_page_shows_tuning_progress_and_curve(browser, api, uploaded, no_enqueue):
+    job_id = api.post_json("/api/v1/jobs", {"model": uploaded["id"], "input_shapes": {"x": [1, 256]},
+                                            "tuning": {"trials": 64}}).json()["id"]
+    curve = [{"trials": t, "estimate_ms": ms, "default_ms": 2.0}
+             for t, ms in ((8, 2.0), (16, 1.7), (24, 1.5))]
+    CompileJob.objects.filter(pk=job_id).update(state="running", stage="tune", tuning_progress={
+        "kernels_done": 1, "kernels_total": 3, "trials": 24, "trials_budget": 64, "failures": 2,
+        "seconds": 9.5, "seconds_budget": None, "estimate_ms": 1.5, "default_ms": 2.0,
+        "curve": curve})
+    page = browser.get(f"/jobs/{job_id}/").content.decode()
+    assert 'id="tuning-progress"' in page and "1 / 3" in page and "of 64" in page
+    assert "2 failed" in page and 'id="tuning-chart"' in page and "<polyline" in page

@@ -82,6 +82,7 @@ def _job_context(request, job_id):
     stages = [{"name": s, "label": STAGE_LABELS[s],
                "status": _stage_status(job, s)} for s in job.stages]
     return {"job": job, "stages": stages, "chart": charts.job_chart(job),
+            "tuning": job.tuning_progress, "tuning_chart": charts.tuning_curve(job.tuning_progress),
             "artifacts": job.artifacts.all(), "log_tail": "\n".join(job.log.splitlines()[-30:]),
             "kernels": _kernels(job), "runtimes": RUNTIMES, "nav": "jobs"}
 
