@@ -184,11 +184,6 @@ CACHES = {"default": {
 MAX_ACTIVE_JOBS = env_int("TENSORFORGE_MAX_ACTIVE_JOBS", 8)             # queued + running
 MAX_STORED_BYTES = env_int("TENSORFORGE_MAX_STORED_BYTES", 20 * 2**30)  # models + artifacts
 UPLOADS_PER_MINUTE = env_int("TENSORFORGE_UPLOADS_PER_MINUTE", 20)
-# tuning must leave the job time to build, benchmark and upload within its time limit
-MAX_TUNING_SECONDS = env_int("TENSORFORGE_MAX_TUNING_SECONDS", JOB_SOFT_TIME_LIMIT // 2)
-if MAX_TUNING_SECONDS >= JOB_SOFT_TIME_LIMIT:
-    raise RuntimeError(f"TENSORFORGE_MAX_TUNING_SECONDS={MAX_TUNING_SECONDS} must be below "
-                       f"the job time limit TENSORFORGE_JOB_SOFT_TIME_LIMIT={JOB_SOFT_TIME_LIMIT}")
 # sign-ins: after this many failures for one username from one address, that pair is
 # locked out for the cool-off (django-axes, counted in the database)
 LOGIN_FAILURE_LIMIT = env_int("TENSORFORGE_LOGIN_FAILURE_LIMIT", 5)

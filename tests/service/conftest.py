@@ -112,7 +112,8 @@ def clean_tables(database):
     from axes.models import AccessAttempt
     from django.contrib.auth import get_user_model
 
-    from webapp.jobs.models import CompileJob, UploadedModel
+    from webapp.jobs.models import CompileJob, TuningRecord, UploadedModel
+    TuningRecord.objects.all().delete()  # shared by every job: outlives them in a deployment
     AccessAttempt.objects.all().delete()
     CompileJob.objects.all().delete()
     UploadedModel.objects.all().delete()

@@ -51,7 +51,8 @@ def model_detail(request, model_id):
     return render(request, "console/model_detail.html", {
         "model": model, "ops": ops, "unsupported": set(model.unsupported_ops),
         "symbolic": forms.symbolic_fields(model), "targets": forms.target_choices(),
-        "opt_levels": forms.OPT_LEVELS, "values": form_values, "error": error,
+        "opt_levels": forms.OPT_LEVELS, "weight_dtypes": forms.WEIGHT_DTYPES,
+        "values": form_values, "error": error,
         "jobs": model.jobs.all()[:50], "nav": "models"}, status=status)
 
 
@@ -81,6 +82,7 @@ def _job_context(request, job_id):
     stages = [{"name": s, "label": STAGE_LABELS[s],
                "status": _stage_status(job, s)} for s in job.stages]
     return {"job": job, "stages": stages, "chart": charts.job_chart(job),
+            "tuning": job.tuning_progress, "tuning_chart": charts.tuning_curve(job.tuning_progress),
             "artifacts": job.artifacts.all(), "log_tail": "\n".join(job.log.splitlines()[-30:]),
             "kernels": _kernels(job), "runtimes": RUNTIMES, "nav": "jobs"}
 

@@ -16,6 +16,7 @@ from django.db.models import Sum
 from . import ratelimit
 from .errors import QuotaExceeded
 from .models import Artifact, CompileJob, JobState, UploadedModel
+from .tuning_records import TUNING_MARGIN_SECONDS, tuning_seconds_cap
 
 ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING)
 
@@ -65,14 +66,16 @@ def check_storage(user, adding: int = 0) -> None:
 
 
 def check_tuning(tuning) -> None:
-    """The tuning budget must leave the job time to build and benchmark."""
-    limit = settings.MAX_TUNING_SECONDS
+    """Tuning runs inside the compile child: its budget must leave that child's time limit
+    room to compile (webapp/jobs/tuning_records.py)."""
+    cap = tuning_seconds_cap()
     seconds = tuning.seconds if tuning else None
-    if limit > 0 and seconds and seconds > limit:
+    if seconds and seconds > cap:
         raise QuotaExceeded(
-            f"tuning budget too large: tuning.seconds = {seconds}, the limit is {limit} s "
-            f"(TENSORFORGE_MAX_TUNING_SECONDS, below the job time limit of "
-            f"{settings.JOB_SOFT_TIME_LIMIT} s, TENSORFORGE_JOB_SOFT_TIME_LIMIT)")
+            f"tuning budget too large: tuning.seconds = {seconds}, the limit is {cap:.0f} s "
+            f"per job: the compile time limit (TENSORFORGE_COMPILE_TIMEOUT = "
+            f"{settings.SANDBOX_COMPILE_TIMEOUT} s) less {TUNING_MARGIN_SECONDS} s kept for "
+            "compiling")
 
 
 def take_upload(user) -> None:
