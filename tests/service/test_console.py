@@ -102,6 +102,22 @@ def test_job_page_and_api_show_the_weight_precision_error(browser, api, uploaded
     assert results["weight_precision"] == PRECISION
 
 
+def test_job_page_and_api_list_the_block_sparse_layers(browser, api, uploaded, no_enqueue):
+    job_id = api.post_json("/api/v1/jobs", {"model": uploaded["id"],
+                                            "input_shapes": {"x": [1, 256]}}).json()["id"]
+    layer = {"onnx_node": "fc1", "weight": "fc1_w", "shape": [256, 384], "block": "1x8",
+             "density": 0.2, "estimated_speedup": 3.1}
+    CompileJob.objects.filter(pk=job_id).update(
+        state="succeeded", stage="upload", progress=1.0,
+        results={**RESULTS, "sparse_layers": [layer], "target": "native", "threads": 1,
+                 "stats": {"compile_seconds": 0.2, "arena_bytes": 64, "weights_bytes": 2048,
+                           "nodes": 1, "kernels": 1}})
+    page = browser.get(f"/jobs/{job_id}/").content.decode()
+    table = page[page.index('id="sparse-layers"'):]
+    assert "fc1_w" in table and "256x384" in table and "1x8" in table and "20%" in table
+    assert api.get(f"/api/v1/jobs/{job_id}").json()["results"]["sparse_layers"] == [layer]
+
+
 def test_failed_job_shows_its_reason(browser, api, uploaded, no_enqueue):
     job_id = api.post_json("/api/v1/jobs", {"model": uploaded["id"],
                                             "input_shapes": {"x": [1, 256]}}).json()["id"]
