@@ -138,3 +138,12 @@ def test_sparse_wavernn_matches_onnxruntime():
         np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-5)
     layers = compiled.meta["sparse_layers"]
     assert len(layers) == 4 and {layer["block"] for layer in layers} == {"1x8"}
+
+
+def test_inspect_names_the_block_sparse_weights():
+    from compiler_core.inspect_model import inspect_model
+    w = sparse_matrix(256, 128, (8, 1), 0.1)
+    info = inspect_model(gemm_model(w))
+    (entry,) = info["sparse_weights"]
+    assert entry["weight"] == "w" and entry["block"] == "8x1" and entry["shape"] == [256, 128]
+    assert inspect_model(gemm_model(rand(256, 128)))["sparse_weights"] == []
