@@ -29,6 +29,12 @@ class Artifact:
     def meta(self) -> dict:
         return json.loads(self.files["meta.json"])
 
+    def with_meta(self, **entries) -> "Artifact":
+        """The same files with `entries` added to meta.json (whose sha256 list covers the
+        other files only, so it stays right)."""
+        return Artifact({**self.files, "meta.json": json.dumps({**self.meta, **entries},
+                                                               indent=2).encode()})
+
     def save(self, directory) -> Path:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -71,6 +77,7 @@ def artifact_files(graph, target, opt_level, steps, so_bytes, stats, tuning,
         "kernels": [{"name": s.kernel.name, "op": s.kernel.name.split("_", 1)[1], **info}
                     for s, info in zip([s for s in steps if s.kernel], analysis["kernels"])],
         "layers": analysis["layers"],
+        "sparse_layers": sparse_layers(graph),
         "runtime_errors": [s.message for s in steps if s.error],  # code k -> entry k-1
         "op_histogram": graph.op_histogram(),
         "tuning": tuning_summary(tuning),
@@ -81,8 +88,16 @@ def artifact_files(graph, target, opt_level, steps, so_bytes, stats, tuning,
     return files
 
 
-def tuning_summary(tuning) -> dict:
-    return {"enabled": bool(tuning), "request": tuning if isinstance(tuning, dict) else None}
+def sparse_layers(graph) -> list[dict]:
+    """The weight matrices multiplied block-sparse (passes/sparse_weights.py): ONNX node,
+    weight, shape (outputs, inputs), block shape, density of nonzero blocks, estimated speedup."""
+    return [{"onnx_node": n.name, **n.attrs["sparsity"]} for n in graph.nodes
+            if n.op == "SparseGemm"]
+
+
+def tuning_summary(tuning: dict | None) -> dict:
+    """`tuning` is the tuner's summary (tune/tuner.py), None when the compile did not tune."""
+    return tuning or {"enabled": False, "request": None}
 
 
 def _c_name(name: str) -> str:

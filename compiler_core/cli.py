@@ -11,6 +11,7 @@ import numpy as np
 
 from .codegen.link import LinkError
 from .errors import CompileError, RuntimeInputError
+from .passes.weight_precision import WEIGHT_DTYPES
 from .runtime.emulation import EmulationError
 
 
@@ -37,6 +38,10 @@ def cmd_inspect(args) -> int:
         for io in info[kind]:
             print(f"{kind[:-1]:7s} {io['name']}: {io['dtype']} {io['shape']}")
     print("ops:", ", ".join(f"{op} x{n}" for op, n in info["ops"].items()))
+    for w in info["sparse_weights"]:
+        print(f"block-sparse at batch 1: {w['node']} {w['weight']} {w['shape'][0]}x"
+              f"{w['shape'][1]}, {w['block']} blocks, density {w['density']:.0%}, "
+              f"estimated {w['estimated_speedup']:.1f}x")
     if info["unsupported_ops"]:
         print("UNSUPPORTED:", ", ".join(f"{op} x{n}" for op, n in info["unsupported_ops"].items()))
     return 0
@@ -46,16 +51,61 @@ def cmd_compile(args) -> int:
     from .driver import compile
     shapes = dict(parse_input_shape(t) for t in args.input or [])
     tuning = None
-    if args.tune_trials or args.tune_seconds:
+    if args.tune_trials or args.tune_seconds or args.records:
         tuning = {"trials": args.tune_trials, "seconds": args.tune_seconds, "records": args.records}
+    sample_inputs = None
+    if args.sample_inputs:
+        from .runtime.feeds import load_feeds
+        sample_inputs = load_feeds(args.sample_inputs)
     art = compile(args.model, input_shapes=shapes, target=args.target, opt_level=args.opt_level,
-                  tuning=tuning)
+                  tuning=tuning, weight_dtype=args.weight_dtype, sample_inputs=sample_inputs,
+                  on_tune=TuningBar() if sys.stderr.isatty() else None)
     art.save(args.output)
     stats = art.meta["stats"]
+    if tuning:
+        print(tuning_line(art.meta["tuning"]))
     print(f"compiled {len(art.meta['kernels'])} kernels in {stats['compile_seconds']:.2f}s -> "
           f"{args.output} (arena {stats['arena_bytes'] / 2**20:.1f} MiB, "
           f"weights {stats['weights_bytes'] / 2**20:.1f} MiB)")
+    if "weight_precision" in art.meta:
+        print_precision(art.meta["weight_precision"])
     return 0
+
+
+class TuningBar:
+    """One self-rewriting line on stderr: budget used, kernels done, estimated gain."""
+
+    def __call__(self, e: dict) -> None:
+        if e["trials_budget"]:
+            used = e["trials"] / e["trials_budget"]
+        else:
+            used = e["seconds"] / e["seconds_budget"]
+        bar = "#" * round(30 * min(used, 1.0))
+        gain = e["default_ms"] / e["estimate_ms"] if e["estimate_ms"] else 1.0
+        print(f"\rtuning [{bar:30s}] {e['trials']} trials {e['seconds']:.0f}s  kernels "
+              f"{e['kernels_done']}/{e['kernels_total']}  {gain:.2f}x on timed kernels  ",
+              end="", file=sys.stderr, flush=True)
+
+
+def tuning_line(t: dict) -> str:
+    line = (f"tuning: {t['trials']} trials ({t['failures']} failed) in {t['seconds']:.1f}s, "
+            f"{t['tuned_kernels']} kernels tuned, {t['reused']} from records, "
+            f"of {t['tunable_kernels']} tunable")
+    return line + (f"\nnote: {t['note']}" if t.get("note") else "")
+
+
+def cmd_records(args) -> int:
+    from .tune.records_cli import run_records_command
+    print(run_records_command(args.action, args.files, args.output, args.target))
+    return 0
+
+
+def print_precision(report: dict) -> None:
+    acc = report["accuracy"]
+    print(f"{report['weight_dtype']} weights in {len(report['layers'])} layers; error against "
+          f"float32 on {acc['inputs']} inputs (measured on {acc['measured_on']}):")
+    for name, e in acc["outputs"].items():
+        print(f"  {name}: max_abs_err {e['max_abs_err']:.3g}  max_rel_err {e['max_rel_err']:.3g}")
 
 
 def cmd_run(args) -> int:
@@ -129,8 +179,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opt-level", type=int, default=3, choices=[0, 1, 2, 3])
     p.add_argument("--tune-trials", type=int)
     p.add_argument("--tune-seconds", type=float)
-    p.add_argument("--records")
+    p.add_argument("--records", help="tuning records (JSON lines): applied, and new "
+                   "measurements appended")
+    p.add_argument("--weight-dtype", default="float32", choices=WEIGHT_DTYPES,
+                   help="store dense and recurrent weights at this precision (default float32)")
+    p.add_argument("--sample-inputs", metavar="FEEDS.npz",
+                   help="inputs on which a reduced --weight-dtype's error is measured "
+                        "(default: random)")
     p.set_defaults(fn=cmd_compile)
+    p = sub.add_parser("records", help="export, import or merge tuning records files")
+    p.add_argument("action", choices=["export", "import", "merge"])
+    p.add_argument("files", nargs="+", help="export: STORE; import: STORE FILE...; "
+                   "merge: FILE...")
+    p.add_argument("-o", "--output", help="export/merge: the file to write")
+    p.add_argument("--target", help="export: only records of targets starting with this")
+    p.set_defaults(fn=cmd_records)
     p = sub.add_parser("run", help="run an artifact on inputs from an .npz file")
     p.add_argument("artifact")
     p.add_argument("--inputs", required=True)

@@ -22,27 +22,54 @@ from .kernels import (LOWERINGS, add_error_flags, error_message, has_error_flag,
                       lower_node)
 from .passes.memory_plan import MemoryPlan, plan_memory
 from .passes.pipeline import run_pipeline
+from .passes.weight_precision import check_weight_dtype, reduced_layers
+from .precision_check import weight_precision_report
 from .targets import get_target
+from .tune import RecordStore, Tuner, parse_tuning
+from .tune.runner import run_batch
 
 
 def compile(model, input_shapes: dict | None = None, target: str = "native", opt_level: int = 3,
             tuning=None, progress: Callable[[str], None] | None = None,
-            link: Callable = link_shared) -> Artifact:
+            link: Callable = link_shared, weight_dtype: str = "float32",
+            sample_inputs: dict | None = None, on_tune: Callable[[dict], None] | None = None,
+            records=None, measure: Callable | None = None) -> Artifact:
     """`progress(stage)` is called as each stage starts: validate, optimize, [tune,] build.
     `link` runs the system linker (link_shared's signature); a sandbox that forbids exec
-    passes one that asks a helper process."""
+    passes one that asks a helper process. `weight_dtype` "float16" or "int8" stores dense
+    and recurrent weights at that precision (passes/weight_precision.py); the error this
+    costs is measured against a float32 build on `sample_inputs` (default: random ones) and
+    reported in meta.json's `weight_precision`. `tuning` (tune/request.py) makes the
+    autotuner pick schedules; `on_tune(event)` follows its progress; `records` is a records
+    store (tune/records.py) used instead of the request's records file (the service's table);
+    `measure` replaces tune/runner.run_batch (a sandbox without exec asks a helper)."""
+    tuner = make_tuner(parse_tuning(tuning), get_target(target), opt_level, weight_dtype,
+                       on_tune, records, measure)
+    artifact, graph, tgt = _compile(model, input_shapes, target, opt_level, tuner, progress,
+                                    link, weight_dtype)
+    if weight_dtype == "float32":
+        return artifact
+
+    def build(target_name, dtype):
+        return _compile(model, input_shapes, target_name, opt_level, None, None, link, dtype)[0]
+    return artifact.with_meta(weight_precision=weight_precision_report(
+        artifact, tgt, weight_dtype, build, reduced_layers(graph), sample_inputs))
+
+
+def _compile(model, input_shapes, target, opt_level, tuner, progress, link, weight_dtype):
+    """(artifact, optimized graph, target)."""
     report = progress or (lambda stage: None)
     if opt_level not in (0, 1, 2, 3):
         raise CompileError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
     tgt = get_target(target)
+    check_weight_dtype(weight_dtype, tgt.spec)
     started = time.perf_counter()
     report("validate")
     graph = import_model(model, input_shapes)
     layers = graph_costs(graph.nodes)  # before fusion: one entry per ONNX node
     report("optimize")
-    graph = run_pipeline(graph, opt_level, tgt.spec)
-    if tuning:
-        report("tune")
+    graph = run_pipeline(graph, opt_level, tgt.spec, weight_dtype,
+                         tuner and _stage(report, "tune", tuner))
     report("build")
     plan = plan_memory(add_error_flags(graph))
     check_arena(plan.arena_size)  # before the arena or any kernel exists
@@ -59,8 +86,32 @@ def compile(model, input_shapes: dict | None = None, target: str = "native", opt
              "arena_bytes": plan.arena_size, "weights_bytes": plan.weights_size,
              "nodes": len(graph.nodes), "kernels": len(steps),
              "flops": sum(k["flops"] for k in analysis["kernels"])}
-    return Artifact(artifact_files(graph, tgt, opt_level, steps, so_bytes, stats, tuning,
-                                   analysis))
+    return Artifact(artifact_files(graph, tgt, opt_level, steps, so_bytes, stats,
+                                   tuner and tuner.summary(), analysis)), graph, tgt
+
+
+def make_tuner(request, tgt, opt_level, weight_dtype, on_tune, records,
+               measure=None) -> Tuner | None:
+    """The tuning pass for this compile; it only applies records when the target's code
+    cannot run (and so cannot be timed) on this machine."""
+    if request is None:
+        return None
+    runs = request.measures and tgt.runs_here
+    tuner = Tuner(request, tgt.spec, opt_level, records or RecordStore(request.records),
+                  measure=runs, on_progress=on_tune, weight_dtype=weight_dtype,
+                  run=measure or run_batch)
+    if request.measures and not runs:
+        tuner.note = (f"not tuned: code for {tgt.name} cannot be timed on this machine; "
+                      "records for it were applied")
+    return tuner
+
+
+def _stage(report, stage: str, fn):
+    def run(graph):
+        report(stage)
+        return fn(graph)
+    run.__name__ = fn.__class__.__name__
+    return run
 
 
 def work_analysis(layers: dict, steps: list[Step], step_nodes: list) -> dict:

@@ -25,10 +25,11 @@ def do_compile(args: dict, linker: LinkHelper | None = None) -> dict:
     import compiler_core as cc
 
     shapes = {k: tuple(v) for k, v in args["input_shapes"].items()}
-    link = {"link": linker.link} if linker is not None else {}
+    helper = {"link": linker.link, "measure": linker.measure} if linker is not None else {}
     artifact = cc.compile(args["model_path"], input_shapes=shapes, target=args["target"],
                           opt_level=args["opt_level"], tuning=args["tuning"], progress=emit,
-                          **link)
+                          weight_dtype=args.get("weight_dtype", "float32"),
+                          on_tune=lambda event: emit("tune", tuning=event), **helper)
     out = artifact.save(args["out_dir"])
     cc.load(out, threads=args.get("threads", 1))  # the library loads and links
     return {"meta": artifact.meta}

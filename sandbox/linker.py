@@ -5,11 +5,17 @@ still exec the system linker while the child may not. The child sends a request 
 object file and the weights it wrote, the output path) over a pipe; the helper runs
 compiler_core's own `link_shared` on them and answers with an error message or nothing. It
 has the child's resource limits and the filter without the exec rule.
+
+The autotuner's runner needs exec too (it starts compiler_core.tune.measure_child to time
+candidate kernels): `measure(task)` sends it a pickled BuildTask and gets its measurements
+back the same way.
 """
 from __future__ import annotations
 
 import json
 import os
+import pickle
+import tempfile
 from pathlib import Path
 
 from . import confine
@@ -49,6 +55,17 @@ class LinkHelper:
         if reply is None or reply.get("error"):
             raise LinkError((reply or {}).get("error") or "the link helper died")
 
+    def measure(self, task) -> list:
+        """compiler_core.tune.runner.run_batch, run by the helper."""
+        with tempfile.TemporaryDirectory(prefix="tensorforge-measure-") as tmp:
+            task_path, out = Path(tmp) / "task.pickle", Path(tmp) / "measured.pickle"
+            task_path.write_bytes(pickle.dumps(task))
+            _send(self.requests, {"measure": str(task_path), "out": str(out)})
+            reply = _receive(self.replies)
+            if reply is None or reply.get("error"):
+                raise RuntimeError((reply or {}).get("error") or "the helper died measuring")
+            return pickle.loads(out.read_bytes())
+
     def close(self) -> None:
         os.close(self.requests)
         os.waitpid(self.pid, 0)
@@ -73,6 +90,9 @@ def _serve(requests: int, replies: int) -> None:
     from compiler_core.codegen.link import LinkError, link_shared
 
     while (request := _receive(requests)) is not None:
+        if "measure" in request:
+            _send(replies, _measure(request))
+            continue
         workdir = Path(request["workdir"])
         try:
             link_shared((workdir / "kernels.o").read_bytes(),
@@ -82,3 +102,14 @@ def _serve(requests: int, replies: int) -> None:
         except (LinkError, OSError) as exc:
             _send(replies, {"error": str(exc)})
     os._exit(0)
+
+
+def _measure(request: dict) -> dict:
+    """Our own pickle, written by the compile child a moment ago (same user, same limits)."""
+    from compiler_core.tune.runner import run_batch
+    try:
+        task = pickle.loads(Path(request["measure"]).read_bytes())
+        Path(request["out"]).write_bytes(pickle.dumps(run_batch(task)))
+        return {}
+    except OSError as exc:
+        return {"error": f"measuring: {exc}"}

@@ -24,12 +24,14 @@ from django.utils import timezone
 from compiler_core.codegen.target_machine import host_spec
 from compiler_core.runtime.emulation import emulation_missing
 from compiler_core.targets import get_target
+from compiler_core.tune.workload import target_key
 from sandbox.limits import Limits
 from sandbox.runner import Aborted, ChildSpec, SandboxError, run_child
 from webapp.api.schemas import CompileStats, JobResults, KernelTiming, LatencyStats
 from webapp.jobs import storage
 from webapp.jobs.models import Artifact, BenchmarkResult, CompileJob, JobState
 from webapp.jobs.storage import StorageError
+from webapp.jobs.tuning_records import export_records, import_records, tuning_seconds_cap
 
 from .liveness import Cancelled, Heartbeat, patiently
 
@@ -97,6 +99,16 @@ class JobRun:
     def _on_event(self, event: dict) -> None:
         if event.get("stage") in self.job.stages:
             self.enter(event["stage"])
+        if isinstance(event.get("tuning"), dict):
+            self.tuning_event(event["tuning"])
+
+    def tuning_event(self, event: dict) -> None:
+        """The tuner's progress, and its curve so far, for the job page."""
+        previous = self.job.tuning_progress or {}
+        point = {k: event.get(k) for k in ("trials", "estimate_ms", "default_ms")}
+        curve = (previous.get("curve") or [])[-500:] + [point]
+        self.job.tuning_progress = {**event, "curve": curve}
+        self._save(tuning_progress=self.job.tuning_progress)
 
 
 def sandbox_limits(timeout: float, threads: int, allow_exec: bool = False) -> Limits:
@@ -153,6 +165,7 @@ def claim(job_id: str, worker: str) -> CompileJob | None:
         job.state, job.worker, job.heartbeat_at = JobState.RUNNING, worker, now
         job.started_at = job.started_at or now
         job.stage, job.progress, job.error = "", 0.0, ""
+        job.tuning_progress = None
         job.save()
     return job
 
@@ -191,14 +204,35 @@ def execute(run: JobRun) -> None:
 
 def compile_stage(run: JobRun, model_path: Path, out_dir: Path) -> dict:
     job = run.job
-    result = run.child("compile", {
-        "model_path": str(model_path), "out_dir": str(out_dir), "target": job.target,
-        "input_shapes": job.input_shapes, "opt_level": job.opt_level, "tuning": job.tuning,
-        "threads": job.threads}, settings.SANDBOX_COMPILE_TIMEOUT)
+    records = run.workdir / "tuning-records.jsonl"
+    tuning = tuning_request(run, records) if job.tuning else None
+    try:
+        result = run.child("compile", {
+            "model_path": str(model_path), "out_dir": str(out_dir), "target": job.target,
+            "input_shapes": job.input_shapes, "opt_level": job.opt_level, "tuning": tuning,
+            "threads": job.threads, "weight_dtype": job.weight_dtype},
+            settings.SANDBOX_COMPILE_TIMEOUT)
+    finally:  # finished, failed or cancelled: what was measured is kept for every job
+        if tuning:
+            added = import_records(records, job)
+            run.log(f"tuning: {added} new records shared")
     stats = result["meta"].get("stats", {})
     run.log(f"compiled: {len(result['meta'].get('kernels', []))} kernels, "
             f"{stats.get('compile_seconds', '?')} s")
     return result["meta"]
+
+
+def tuning_request(run: JobRun, records: Path) -> dict:
+    """The job's budget, held within the compile's time limit, with the shared records of
+    its target (as a file: the sandboxed child cannot reach the database)."""
+    job = run.job
+    cap = tuning_seconds_cap()
+    seconds = min(job.tuning.get("seconds") or cap, cap)
+    key = target_key(get_target(job.target).spec, job.threads)
+    count = export_records(records, key)
+    run.log(f"tuning: {count} shared records for {key}; budget {job.tuning}, at most "
+            f"{seconds:.0f} s")
+    return {**job.tuning, "seconds": seconds, "records": str(records), "threads": job.threads}
 
 
 def benchmark_stage(run: JobRun, model_path: Path, out_dir: Path) -> dict | None:
@@ -279,7 +313,10 @@ def results_summary(job: CompileJob, meta: dict, bench: dict | None) -> dict:
     results = {"target": meta.get("target", {}).get("name"),
                "stats": {k: meta["stats"][k] for k in CompileStats.model_fields},
                "kernel_count": len(meta.get("kernels", [])),
-               "threads": job.threads}
+               "threads": job.threads,
+               # measured at compile time on the inputs the benchmark uses (seed 0)
+               "weight_precision": meta.get("weight_precision"),
+               "sparse_layers": meta.get("sparse_layers", [])}
     if bench is None:
         results["benchmark_note"] = no_benchmark_note(job, emulated=False)
     elif bench.get("emulated"):

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..ir.loops import Get, as_expr, logical_and, maximum, minimum, select
+from .elementwise import loop_kind
 from .epilogue import apply_activation
-from .matmul import GemmShape, Operand, Output, emit_gemm
+from .matmul import SMALL_N, GemmShape, GemmTiles, Operand, Output, default_tiles, emit_gemm
 from .registry import lowering
+from .schedule import default_rule, search_space
 
 
 def grid_strides(shape) -> list[int]:
@@ -49,11 +52,13 @@ def lower_conv_pad(node, kb, ins, outs):
     if math.prod(strides) > MAX_SPECIALISED_PHASES:
         _pad_all_phases(kb, x, xq, strides, pads, fill)
         return
-    for phase in itertools.product(*[range(s) for s in strides]):
-        lo, hi = _inside(x.shape[2:], phase, strides, pads, q_shape)
-        _fill_outside(kb, xq, phase, lo, hi, q_shape, fill)
-        if all(a < b for a, b in zip(lo, hi)):
-            _copy_phase(kb, x, xq, phase, strides, pads, lo, hi)
+    # one (image, channel) plane per iteration: a single parallel region for the whole pad
+    with kb.loops(xq.shape[:2], kind=loop_kind(xq.size)) as (n, c):
+        for phase in itertools.product(*[range(s) for s in strides]):
+            lo, hi = _inside(x.shape[2:], phase, strides, pads, q_shape)
+            _fill_outside(kb, xq, n, c, phase, lo, hi, q_shape, fill)
+            if all(a < b for a, b in zip(lo, hi)):
+                _copy_phase(kb, x, xq, n, c, phase, strides, pads, lo, hi)
 
 
 def _pad_all_phases(kb, x, xq, strides, pads, fill):
@@ -80,10 +85,9 @@ def _inside(in_spatial, phase, strides, pads, q_shape):
     return lo, hi
 
 
-def _fill_outside(kb, xq, phase, lo, hi, q_shape, fill):
+def _fill_outside(kb, xq, n, c, phase, lo, hi, q_shape, fill):
     """Write `fill` everywhere in the phase plane but the box: for each dim d, the slabs
     before lo[d] and after hi[d] (dims before d limited to the box, dims after d whole)."""
-    N, C = xq.shape[:2]
     empty = any(a >= b for a, b in zip(lo, hi))
     slabs = [[(0, q) for q in q_shape]] if empty else []
     for d in range(len(q_shape) if not empty else 0):
@@ -92,25 +96,95 @@ def _fill_outside(kb, xq, phase, lo, hi, q_shape, fill):
                 whole = [(0, q) for q in q_shape[d + 1:]]
                 slabs.append([*zip(lo[:d], hi[:d]), (start, stop), *whole])
     for slab in slabs:
-        with kb.loops((N, C, *[b - a for a, b in slab])) as idx:
-            q = [i + a for i, (a, _) in zip(idx[2:], slab)]
-            kb.store(xq, (idx[0], idx[1], *[as_expr(ph) for ph in phase], *q), fill)
+        with kb.loops([b - a for a, b in slab]) as idx:
+            q = [i + a for i, (a, _) in zip(idx, slab)]
+            kb.store(xq, (n, c, *[as_expr(ph) for ph in phase], *q), fill)
 
 
-def _copy_phase(kb, x, xq, phase, strides, pads, lo, hi):
-    N, C = x.shape[:2]
-    with kb.loops((N, C)) as (n, c):
-        with kb.loops([b - a for a, b in zip(lo, hi)]) as rel:
-            q = [r + a for r, a in zip(rel, lo)]
-            src = tuple(qi * s + ph - p for qi, s, ph, p in zip(q, strides, phase, pads))
-            kb.store(xq, (n, c, *[as_expr(ph) for ph in phase], *q), x[(n, c, *src)])
+def _copy_phase(kb, x, xq, n, c, phase, strides, pads, lo, hi):
+    with kb.loops([b - a for a, b in zip(lo, hi)]) as rel:
+        q = [r + a for r, a in zip(rel, lo)]
+        src = tuple(qi * s + ph - p for qi, s, ph, p in zip(q, strides, phase, pads))
+        kb.store(xq, (n, c, *[as_expr(ph) for ph in phase], *q), x[(n, c, *src)])
 
+
+# ---------------------------------------------------------------- schedule
+
+# Below this many FLOPs a conv runs on one thread: a fork/join costs a few microseconds.
+PARALLEL_MIN_FLOPS = 2_000_000
+# Work items to aim for: enough for 2-4 threads to balance, few enough that each item
+# keeps whole register tiles busy.
+TARGET_ITEMS = 8
+
+
+@dataclass(frozen=True)
+class ConvSchedule:
+    """The implicit GEMM's tiles, and how its work is split over threads: each (image,
+    group) GEMM is cut into `blocks` pieces along `split` ("columns" of the output plane or
+    "rows" = output channels); every piece of every image and group is one work item."""
+    tiles: GemmTiles
+    split: str = "columns"
+    blocks: int = 1
+    parallel: bool = False
+
+
+def conv_gemm_shape(node) -> tuple[GemmShape, int]:
+    """(the GEMM of one image and group, images x groups)."""
+    y, koff = node.outputs[0], node.inputs[3]
+    group = node.attrs["group"]
+    columns = node.outputs[1].shape[1] if len(node.outputs) > 1 else math.prod(y.shape[2:])
+    return GemmShape(y.shape[1] // group, columns, koff.shape[0]), y.shape[0] * group
+
+
+@default_rule("Conv")
+def default_conv_schedule(node, spec) -> ConvSchedule:
+    shape, pieces = conv_gemm_shape(node)
+    tiles = default_tiles(shape)
+    flops = 2 * shape.M * shape.N * shape.K * pieces
+    if flops < PARALLEL_MIN_FLOPS or shape.N < SMALL_N:
+        return ConvSchedule(tiles, parallel=pieces > 1 and flops >= PARALLEL_MIN_FLOPS)
+    blocks = -(-TARGET_ITEMS // pieces)
+    if shape.N >= blocks * 2 * tiles.nr:
+        return ConvSchedule(tiles, "columns", blocks, True)
+    return ConvSchedule(tiles, "rows", max(1, min(blocks, shape.M // (2 * tiles.mr))), True)
+
+
+@search_space("Conv")
+def conv_space(node, spec) -> list[ConvSchedule]:
+    shape, pieces = conv_gemm_shape(node)
+    base = default_conv_schedule(node, spec)
+    out = []
+    for mr, nr in ((6, 16), (4, 16), (4, 24), (3, 32), (2, 32), (1, 64)):
+        if mr > shape.M or shape.N < SMALL_N:
+            continue
+        for kc in sorted({min(shape.K, k) for k in (128, 256, 384, 512)}):
+            for nc_tiles in (4, 16, 64):
+                tiles = GemmTiles(mr, nr, kc, nc_tiles * nr)
+                for split, blocks in (("columns", 1), ("columns", 2), ("columns", 4),
+                                      ("columns", 8), ("rows", 2), ("rows", 4)):
+                    out.append(ConvSchedule(tiles, split, blocks, base.parallel or blocks > 1))
+    return out or [base]
+
+
+def split_blocks(sched: ConvSchedule, shape: GemmShape) -> tuple[int, int, int]:
+    """(block size, block count, size of the last block) along the split axis; row blocks
+    are whole register tiles (packed weights start a tile at every multiple of mr)."""
+    total, unit = (shape.N, sched.tiles.nr) if sched.split == "columns" else (shape.M, sched.tiles.mr)
+    unit = max(1, min(unit, total))
+    size = -(-total // max(1, sched.blocks))
+    size = -(-size // unit) * unit
+    count = -(-total // size)
+    return size, count, total - (count - 1) * size
+
+
+# ---------------------------------------------------------------- lowering
 
 @lowering("Conv")
 def lower_conv(node, kb, ins, outs):
     xq, w, bias, koff, residual = (ins + [None])[:5]
     y, wide = outs[0], (outs[1] if len(outs) > 1 else None)
     group, act = node.attrs["group"], node.attrs.get("activation")
+    sched = node.schedule
     N, C = xq.shape[:2]
     OC, out_spatial = y.shape[1], y.shape[2:]
     rank = len(out_spatial)
@@ -119,8 +193,8 @@ def lower_conv(node, kb, ins, outs):
     P = wide.shape[1] if wide is not None else wide_size(out_spatial, q_shape)
     icg, ocg, kred = C // group, OC // group, koff.shape[0]
     chan = int(np.prod(xq.shape[2:], dtype=np.int64))
-
     plane = int(np.prod(out_spatial, dtype=np.int64))
+    shape = GemmShape(ocg, P, kred)
 
     def epilogue(n, oc):
         """(value, offset in the output plane) -> act(value + bias[oc] + residual), with the
@@ -135,21 +209,54 @@ def lower_conv(node, kb, ins, outs):
             return apply_activation(act, value)
         return finish
 
-    with kb.loop(N, name="n") as n:
-        with kb.loop(group, name="g") as g:
-            x_base = (n * C + g * icg) * chan
-            row0 = g * ocg
+    size, count, _ = split_blocks(sched, shape)
+    kind = "parallel" if sched.parallel else "serial"
+    with kb.loop(N * group * count, kind=kind, name="item") as item:
+        n, g, blk = item // (group * count), (item // count) % group, item % count
+        x_base = (n * C + g * icg) * chan
+        row0 = g * ocg
+        if wide is None:
+            out = Output(y, lambda m, p0: (n * OC + row0 + m) * P + p0,
+                         lambda m: epilogue(n, row0 + m))
+        else:
+            out = Output(wide, lambda m, p0: (n * OC + row0 + m) * P + p0)
+        _block_gemm(kb, sched, shape, blk, _weights(w, g, ocg, kred, node.attrs),
+                    Operand(xq, lambda k, p: x_base + koff[k] + p), out, y.dtype)
+    if wide is not None:
+        _crop(kb, y, wide, q_shape, epilogue, kind)
 
-            if wide is None:
-                out = Output(y, lambda m, p0: (n * OC + row0 + m) * P + p0,
-                             lambda m: epilogue(n, row0 + m))
-            else:
-                out = Output(wide, lambda m, p0: (row0 + m) * P + p0)
 
-            emit_gemm(kb, GemmShape(ocg, P, kred), _weights(w, g, ocg, kred, node.attrs),
-                      Operand(xq, lambda k, p: x_base + koff[k] + p), out, y.dtype)
-        if wide is not None:
-            _crop(kb, y, wide, n, q_shape, epilogue)
+def _block_gemm(kb, sched, shape, blk, a, b, out, dtype):
+    """Block `blk` of the GEMM along the schedule's split axis (the last block may be
+    shorter: it gets its own copy of the loops, so every loop bound stays constant)."""
+    size, count, tail = split_blocks(sched, shape)
+
+    def emit(off, width):
+        if sched.split == "columns":
+            part = GemmShape(shape.M, width, shape.K)
+            a_part, b_part = a, Operand(b.buf, lambda k, p: b.base(k, p + off), b.step)
+            out_part = Output(out.buf, lambda m, p0: out.start(m, p0 + off),
+                              out.row_epilogue and (lambda m: _shifted(out.finisher(m), off)))
+        else:
+            part = GemmShape(width, shape.N, shape.K)
+            a_part, b_part = Operand(a.buf, lambda m, k: a.base(m + off, k), a.step), b
+            out_part = Output(out.buf, lambda m, p0: out.start(m + off, p0),
+                              out.row_epilogue and (lambda m: out.finisher(m + off)))
+        emit_gemm(kb, part, a_part, b_part, out_part, dtype, sched.tiles)
+
+    if count == 1:
+        emit(as_expr(0), shape.N if sched.split == "columns" else shape.M)
+    elif tail == size:
+        emit(blk * size, size)
+    else:
+        with kb.if_(blk < count - 1) as branch:
+            emit(blk * size, size)
+        with kb.else_(branch):
+            emit(as_expr((count - 1) * size), tail)
+
+
+def _shifted(finish, off):
+    return lambda value, p: finish(value, p + off)
 
 
 def _weights(w, g, ocg, kred, attrs) -> Operand:
@@ -163,17 +270,19 @@ def _weights(w, g, ocg, kred, attrs) -> Operand:
     return Operand(w, lambda m0, k: (g * rows + m0) * kred + k * mr, 1)
 
 
-def _crop(kb, y, wide, n, q_shape, epilogue):
-    """Copy the real outputs of image n out of the wide buffer through the epilogue."""
-    OC, out_spatial = y.shape[1], y.shape[2:]
+def _crop(kb, y, wide, q_shape, epilogue, kind):
+    """Copy the real outputs out of the wide buffer through the epilogue, one output
+    channel of one image per iteration."""
+    N, OC, out_spatial = y.shape[0], y.shape[1], y.shape[2:]
     qstr, ystr = grid_strides(q_shape), grid_strides(out_spatial)
     P = wide.shape[1]
-    with kb.loop(OC, name="oc") as oc:
+    with kb.loop(N * OC, kind=kind, name="noc") as noc:
+        n, oc = noc // OC, noc % OC
         finish = epilogue(n, oc)
         with kb.loops(out_spatial) as o:
             src = sum((oi * s for oi, s in zip(o, qstr)), as_expr(0))
             offset = sum((oi * s for oi, s in zip(o, ystr)), as_expr(0))
-            kb.store(y, (n, oc, *o), finish(wide.flat(oc * P + src), offset))
+            kb.store(y, (n, oc, *o), finish(wide.flat(noc * P + src), offset))
 
 
 def conv_tap_offsets(in_channels, kernel, dilations, strides, q_shape) -> np.ndarray:

@@ -210,8 +210,9 @@ def _dequantize(attrs, x, scale, zp=None):
 PARALLEL_MIN_ELEMENTS = 1 << 15  # below this, waking threads costs more than it saves
 
 
-def loop_kind(size: int) -> str:
-    return "parallel" if size >= PARALLEL_MIN_ELEMENTS else "serial"
+def loop_kind(size: int, extent: int = 2) -> str:
+    """The kind of a kernel's outermost loop (of `extent` iterations) over `size` elements."""
+    return "parallel" if size >= PARALLEL_MIN_ELEMENTS and extent > 1 else "serial"
 
 
 def scalar_expr(op: str, attrs: dict, args: list) -> L.Expr:

@@ -9,6 +9,7 @@ serves plain matrices, implicit convolution matrices and fused epilogues.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -16,10 +17,12 @@ import numpy as np
 
 from ..ir.loops import INDEX, Buf, Expr, Get, as_expr, minimum, select
 from .epilogue import apply_activation
+from .elementwise import loop_kind
 from .registry import lowering
 
+# The default tiles (see default_tiles): at most 6 rows per register tile, and columns by
+# rows so that a tile keeps about 8-12 ymm accumulators whatever its height.
 MAX_MR = 6
-# Columns per tile by rows per tile: keep about 8-12 ymm accumulators whatever the height.
 NR_FOR_MR = {1: 64, 2: 32, 3: 32, 4: 16, 5: 16, 6: 16}
 SMALL_N = 4  # below this many columns, reduce along k with the loop vectorizer instead
 # Longer reductions are split into chunks of about this many k so that a tile's slices of
@@ -63,17 +66,38 @@ class Output:
         return self.row_epilogue(m) if self.row_epilogue is not None else (lambda v, n: v)
 
 
+@dataclass(frozen=True)
+class GemmTiles:
+    """emit_gemm's knobs: mr x nr register tiles, reductions in chunks of kc (the tile's
+    slices of A and B stay in L1), and nc columns of B per block (its KC x NC slice stays
+    in L2)."""
+    mr: int
+    nr: int
+    kc: int
+    nc: int
+
+
 def tile_columns(M: int, N: int) -> int:
-    """The width of emit_gemm's register tiles for an M x N result."""
+    """The width of the default register tiles for an M x N result."""
     return min(NR_FOR_MR[min(MAX_MR, M)], N)
 
 
-def emit_gemm(kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype=np.float32):
+def default_tiles(shape: GemmShape, itemsize: int = 4) -> GemmTiles:
+    nr = tile_columns(shape.M, shape.N)
+    chunks = -(-shape.K // K_CHUNK)
+    kc = -(-shape.K // chunks)
+    tiles = max(1, L2_BUDGET // (kc * itemsize * nr))
+    return GemmTiles(min(MAX_MR, shape.M), nr, kc, tiles * nr)
+
+
+def emit_gemm(kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype=np.float32,
+              tiles: GemmTiles | None = None):
     """Emit loops computing every C[m, n] = sum_k A(m, k) B(k, n) into `out`."""
     if shape.N < SMALL_N:
         _emit_dot_products(kb, shape, a, b, out, dtype)
     else:
-        _TiledGemm(kb, shape, a, b, out, np.dtype(dtype)).emit()
+        dtype = np.dtype(dtype)
+        _TiledGemm(kb, shape, a, b, out, dtype, tiles or default_tiles(shape, dtype.itemsize)).emit()
 
 
 class _TiledGemm:
@@ -81,14 +105,15 @@ class _TiledGemm:
     stays in L2) > row blocks of MR rows (their MR x KC slice of A stays in L1) > column
     tiles of NR > the k loop of one register tile."""
 
-    def __init__(self, kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype):
+    def __init__(self, kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype,
+                 tiles: GemmTiles):
         self.kb, self.shape, self.a, self.b, self.out, self.dtype = kb, shape, a, b, out, dtype
-        self.mr = min(MAX_MR, shape.M)
-        self.nr = tile_columns(shape.M, shape.N)
-        self.chunks = -(-shape.K // K_CHUNK)
+        # a schedule made for a bigger block of the same GEMM may be wider than this one
+        self.mr = min(tiles.mr, shape.M)
+        self.nr = min(tiles.nr, shape.N)
+        self.chunks = -(-shape.K // min(tiles.kc, shape.K))
         self.chunk_size = -(-shape.K // self.chunks)
-        tiles = max(1, L2_BUDGET // (self.chunk_size * dtype.itemsize * self.nr))
-        self.nc = min(shape.N, tiles * self.nr)
+        self.nc = min(shape.N, max(self.nr, tiles.nc - tiles.nc % self.nr))
 
     def emit(self):
         K = self.shape.K
@@ -203,7 +228,7 @@ def lower_matmul(node, kb, ins, outs):
     M, K = a_mat[-2:]
     N = b_mat[-1]
     batch = tuple(np.broadcast_shapes(a_mat[:-2], b_mat[:-2]))
-    with kb.loops(batch) as idx:
+    with kb.loops(batch, kind=loop_kind(2 * M * N * K * math.prod(batch) // 64)) as idx:
         a_base = _batch_offsets(idx, a_mat[:-2], batch) * (M * K)
         b_base = _batch_offsets(idx, b_mat[:-2], batch) * (K * N)
         y_base = _batch_offsets(idx, batch, batch) * (M * N)

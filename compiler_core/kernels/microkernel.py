@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..ir.loops import INDEX, Buf, Expr, Get, broadcast
+from ..ir.loops import INDEX, Buf, Expr, Get, broadcast, cast
 
 Index = Callable[[tuple], Expr]
 
@@ -69,8 +69,9 @@ def emit_tile(kb, tile: Tile, k_extents: list, ops: TileOperands,
     acc = [[kb.local(dtype, init(i, j), "acc", tile.lanes) for j in range(nr)] for i in range(mr)]
     with _reduction_loops(kb, k_extents) as ks:
         b_at = kb.local(INDEX, ops.b_at(ks), "b_at")
-        bv = [kb.local(dtype, ops.b.vec(Get(b_at) + j * tile.lanes, tile.lanes), "b", tile.lanes)
-              for j in range(nr)]
+        # B may be stored narrower (float16, int8 weights): widened in registers
+        bv = [kb.local(dtype, cast(ops.b.vec(Get(b_at) + j * tile.lanes, tile.lanes), dtype),
+                       "b", tile.lanes) for j in range(nr)]
         a_at = kb.local(INDEX, ops.a_at(ks), "a_at")
         for i in range(mr):
             av = broadcast(ops.a.flat(Get(a_at) + i * ops.a_step), tile.lanes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.loops import Get, as_expr, binop, broadcast_index, call, cast
+from .elementwise import loop_kind
 from .registry import lowering
 
 
@@ -30,7 +31,7 @@ def _standardize_rows(kb, x, y, rows, inner, eps, affine, stats=None):
     """
     work = _work_dtype(x.dtype)
     length = _flat(inner)
-    with kb.loops(rows) as r:
+    with kb.loops(rows, kind=loop_kind(x.size)) as r:
         base = sum((ri * s for ri, s in zip(r, _row_strides(rows, length))), as_expr(0))
         total = kb.local(work, 0.0, "sum")
         with kb.loop(length, name="l") as i:
@@ -121,7 +122,7 @@ def lower_batch_norm(node, kb, ins, outs):
     eps = as_expr(node.attrs["epsilon"], work)
     per_channel = len(scale.shape) == 1
     inner = _flat(x.shape[2:])
-    with kb.loops(x.shape[:2]) as (n, c):
+    with kb.loops(x.shape[:2], kind=loop_kind(x.size)) as (n, c):
         if per_channel:
             std = call("sqrt", _param(var, (c,), work) + eps)
             a = kb.local(work, _param(scale, (c,), work) / std)

@@ -11,6 +11,10 @@ Loop nest (GotoBLAS order, every size a schedule knob):
         panels of the group: the kc x width slice of the panel stays in L1
           row tiles of mr: the mr x kc slice of A streams from L2
 The last M % mr rows and a last partial panel get edge tiles of the same nest.
+
+Weights may be stored as float16 or int8 (passes/weight_precision.py): the tile widens them
+in registers; int8 ones come with a scale per packed column (input 4), applied in the
+epilogue, so the bias then joins there too rather than as the accumulators' start.
 """
 from __future__ import annotations
 
@@ -52,10 +56,15 @@ def default_gemm_schedule(node, spec) -> GemmSchedule:
     M, N, K = gemm_dims(node)
     lanes = spec.vector_bits // 32
     nr = 2 if N > lanes else 1
+    if M < 4:  # few rows, too few accumulators to hide the FMA latency: more vectors per row
+        nr = min(4, -(-N // lanes))
     mr = min((spec.vector_registers - nr - 1) // nr, 6 if spec.vector_registers <= 16 else 8, M)
     kc = K if K <= 512 else math.ceil(K / math.ceil(K / 384))
     panels = -(-N // (nr * lanes))
-    mc = mr * max(1, min(-(-M // mr), 96 // mr))
+    # row items of equal height: threads take contiguous runs of items, so one tall item
+    # and one short one would leave a thread idle
+    tiles = max(1, M // mr)
+    mc = mr * -(-tiles // -(-tiles // max(1, 96 // mr)))
     nc = panels if -(-M // mc) >= 4 else max(1, panels // 4)
     return GemmSchedule(mr, nr, lanes, kc, mc, nc)
 
@@ -94,7 +103,7 @@ def lower_packed_gemm(node, kb, ins, outs):
 class _PackedGemm:
     def __init__(self, node, kb, ins, outs):
         self.kb, self.s = kb, node.schedule
-        self.a, self.w, self.bias, self.residual = (ins + [None, None])[:4]
+        self.a, self.w, self.bias, self.residual, self.scale = (ins + [None] * 3)[:5]
         self.y = outs[0]
         self.M, self.N, self.K = gemm_dims(node)
         self.act = node.attrs.get("activation")
@@ -172,12 +181,16 @@ class _PackedGemm:
     def _initial(self, phase, m, n, valid) -> Expr:
         if phase in ("mid", "last"):
             return self.y.vec(m * self.N + n, self.s.lanes, valid)
-        if self.bias is not None:
+        if self.bias is not None and self.scale is None:
             return self.bias.vec(n, self.s.lanes)  # padded to whole panels
         return as_expr(0.0, self.y.dtype)
 
     def _store(self, phase, m, n, valid, value):
         if phase in ("last", "only"):
+            if self.scale is not None:  # int8 weights: y = scale * (a . q) + bias
+                value = value * self.scale.vec(n, self.s.lanes)
+                if self.bias is not None:
+                    value = value + self.bias.vec(n, self.s.lanes)
             if self.residual is not None:
                 value = value + self.residual.vec(m * self.N + n, self.s.lanes, valid)
             value = apply_activation(self.act, value)

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..ir.loops import Get, as_expr, binop, call, maximum, select
 from .conv import grid_strides
+from .elementwise import loop_kind
 from .registry import lowering
 
 
@@ -52,9 +53,9 @@ def lower_window_pool(node, kb, ins, outs):
     chan = int(np.prod(xq.shape[2:], dtype=np.int64))
     rows = wide if wide is not None else y
     P = int(np.prod(rows.shape[1:] if wide is not None else out_spatial, dtype=np.int64))
-    with kb.loops((N, C)) as (n, c):
+    with kb.loops((N, C), kind=loop_kind(xq.size)) as (n, c):
         x_base = (n * C + c) * chan
-        row = (c if wide is not None else n * C + c) * P
+        row = (n * C + c) * P
         with kb.loop(P, name="p") as q:
             v = xq.flat(x_base + koff[0] + q)
             kb.store_flat(rows, row + q, v if kind != "lp" else _lp_term(v, p))
@@ -119,7 +120,7 @@ def lower_global_pool(node, kb, ins, outs):
     N, C = x.shape[:2]
     plane = int(np.prod(x.shape[2:], dtype=np.int64))
     init = 0.0 if kind != "max" else -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    with kb.loops((N, C)) as (n, c):
+    with kb.loops((N, C), kind=loop_kind(x.size)) as (n, c):
         base = (n * C + c) * plane
         acc = kb.local(x.dtype, init)
         with kb.loop(plane, name="s") as s:

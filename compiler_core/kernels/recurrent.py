@@ -14,10 +14,15 @@ Per direction the kernel does two things:
 Both products run over contiguous gates in the row and in the weights, which the converter
 transposed to [dirs, in, gates*H]; LLVM turns the inner loops into vector FMAs. The hidden
 and cell states live directly in the Y_h / Y_c outputs.
+
+W and R may be stored as float16 or int8 (passes/weight_precision.py): loads are widened
+to float32 in registers; int8 ones come with a scale per gate unit (inputs 8 and 9). The
+sweeps then add unscaled products to a row that was divided by the scales beforehand and is
+multiplied by them afterwards: two passes over the row instead of a multiply per sweep.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..ir.loops import INDEX, Buf, Const, as_expr, cast, maximum, minimum
 from .elementwise import SCALAR
@@ -30,7 +35,7 @@ ROWS_SHARING_WEIGHTS = 2  # gate rows (time steps, batch entries) per pass over 
 
 # ---------------------------------------------------------------- activations
 
-def _activation(name: str, alpha, beta):
+def activation(name: str, alpha, beta):
     """Scalar function for one entry of the `activations` attribute."""
     if name == "affine":
         return lambda e: e * as_expr(alpha, e.dtype) + as_expr(beta, e.dtype)
@@ -61,6 +66,7 @@ class Cell:
     hidden: int
     layout: int
     clip: float | None
+    scales: dict = field(default_factory=dict)  # id(wt or rt) -> int8 scales [dirs, gates*H]
 
     @property
     def seq(self) -> int:
@@ -111,8 +117,18 @@ class Cell:
 
     def accumulate(self, out: Buf, starts, n, weights: Buf, d, col, vec_ats, length):
         """For each (start, vec_at): out[start + g] += sum_i vec(i) * weights[d, i, col + g]."""
+        scale = self.scales.get(id(weights))
+        for start in starts if scale is not None else []:
+            self.rescale(out, start, n, lambda g: scale[d, col + g], divide=True)
         in_sweeps(self.kb, length, lambda first, count: self.sweep_rows(
             out, starts, n, weights, d, col, vec_ats, first, count))
+        for start in starts if scale is not None else []:
+            self.rescale(out, start, n, lambda g: scale[d, col + g], divide=False)
+
+    def rescale(self, out: Buf, start, n, scale_of, divide: bool):
+        with self.kb.loop(n) as g:
+            value, scale = out.flat(start + g), scale_of(g)
+            self.kb.store(out, start + g, value / scale if divide else value * scale)
 
     def sweep_rows(self, out, starts, n, weights, d, col, vec_ats, first, count):
         """For each (start, vec_at) pair: out[start + g] += sum_u vec(first + u) * W[first + u, g].
@@ -121,7 +137,7 @@ class Cell:
         vs = [[kb.local(out.dtype, vec_at(first + u), "v") for u in range(count)]
               for vec_at in vec_ats]
         with kb.loop(n) as g:
-            w = [weights[d, first + u, col + g] for u in range(count)]
+            w = [cast(weights[d, first + u, col + g], out.dtype) for u in range(count)]
             for start, row_vs in zip(starts, vs):
                 total = out.flat(start + g)
                 for v, wu in zip(row_vs, w):
@@ -132,9 +148,16 @@ class Cell:
         """proj[t, b, :] = bias + x[t, b, :] @ WT[d] for every step, weight rows outermost
         and ROWS_SHARING_WEIGHTS steps sharing each weight load."""
         kb = self.kb
+        scale = self.scales.get(id(self.wt))
+        if scale is not None:  # int8: proj = scale * (bias / scale + x @ Q)
+            bias_of = (lambda g, unscaled=bias_of: unscaled(g) / scale[d, g])
         with kb.loop(self.seq) as t, kb.loop(self.batch) as b:
             self.init_row(self.proj, self.proj_start(t, b), self.width, bias_of)
         in_sweeps(kb, self.wt.shape[1], lambda first, count: self._project_rows(d, first, count))
+        if scale is not None:
+            with kb.loop(self.seq) as t, kb.loop(self.batch) as b:
+                self.rescale(self.proj, self.proj_start(t, b), self.width,
+                             lambda g: scale[d, g], divide=False)
 
     def _project_rows(self, d, first, count):
         steps = self.seq * self.batch   # (t, b) pairs, numbered r = t * batch + b
@@ -168,9 +191,10 @@ def _make_cell(node, kb, ins, outs) -> Cell:
     """outs: Y, Y_h, (Y_c,) proj, (row, GRU only)."""
     x, wt, rt, bias, lens = ins[:5]
     scratch = outs[3 if node.op == "LSTM" else 2:]
+    scales = {id(wt): ins[8], id(rt): ins[9]} if len(ins) > 8 else {}
     return Cell(kb, x, wt, rt, bias, lens, outs[0], outs[1], scratch[0],
                 scratch[1] if len(scratch) > 1 else None,
-                node.attrs["hidden_size"], node.attrs["layout"], node.attrs["clip"])
+                node.attrs["hidden_size"], node.attrs["layout"], node.attrs["clip"], scales)
 
 
 def _init_state(cell: Cell, state: Buf, initial: Buf | None, d):
@@ -225,7 +249,7 @@ def lower_lstm(node, kb, ins, outs):
     initial_h, initial_c, peep = ins[5], ins[6], ins[7]
     c, H = outs[2], cell.hidden
     for d, direction in enumerate(node.attrs["directions"]):
-        f, g, h = (_activation(*a) for a in node.attrs["activations"][d])
+        f, g, h = (activation(*a) for a in node.attrs["activations"][d])
         _init_state(cell, cell.h, initial_h, d)
         _init_state(cell, c, initial_c, d)
         cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0, 4 * H)))
@@ -275,7 +299,7 @@ def lower_gru(node, kb, ins, outs):
     cell = _make_cell(node, kb, ins, outs)
     H, lbr = cell.hidden, node.attrs["linear_before_reset"]
     for d, direction in enumerate(node.attrs["directions"]):
-        f, g = (_activation(*a) for a in node.attrs["activations"][d])
+        f, g = (activation(*a) for a in node.attrs["activations"][d])
         _init_state(cell, cell.h, ins[5], d)
         cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0,)))
 
@@ -332,7 +356,7 @@ def lower_rnn(node, kb, ins, outs):
     cell = _make_cell(node, kb, ins, outs)
     H = cell.hidden
     for d, direction in enumerate(node.attrs["directions"]):
-        (f,) = (_activation(*a) for a in node.attrs["activations"][d])
+        (f,) = (activation(*a) for a in node.attrs["activations"][d])
         _init_state(cell, cell.h, ins[5], d)
         cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0, H)))
 

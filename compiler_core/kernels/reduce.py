@@ -17,6 +17,7 @@ import numpy as np
 
 from ..ir.loops import Const, Expr, as_expr, call, cast, maximum, minimum, select
 from .fastmath import math_call
+from .elementwise import loop_kind
 from .registry import lowering
 
 # ---------------------------------------------------------------- Reduce*
@@ -107,7 +108,7 @@ def _reduce_with_accumulator(kb, red: Reducer, x, y, axes, keepdims):
     acc_dt = accumulator_dtype(x.dtype)
     kept = [d for d in range(len(x.shape)) if d not in axes]
     count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
-    with kb.loops([x.shape[d] for d in kept]) as kidx:
+    with kb.loops([x.shape[d] for d in kept], kind=loop_kind(x.size)) as kidx:
         acc = kb.local(acc_dt, red.init(acc_dt))
         with kb.loops([x.shape[d] for d in axes]) as ridx:
             full = _merge(len(x.shape), dict(zip(axes, ridx)), list(kidx))
@@ -121,7 +122,7 @@ def _reduce_into_output(kb, red: Reducer, x, y, axes, keepdims, inner):
     outer = [d for d in range(len(x.shape)) if d not in axes and d not in inner]
     count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
     first = {d: Const(0) for d in axes}
-    with kb.loops([x.shape[d] for d in outer]) as oidx:
+    with kb.loops([x.shape[d] for d in outer], kind=loop_kind(x.size)) as oidx:
         fixed = dict(zip(outer, oidx))
         with _inner_loops(kb, x, axes, keepdims, fixed | first) as (_, yi):
             kb.store(y, yi, as_expr(red.init(y.dtype), y.dtype))
@@ -247,7 +248,7 @@ def lower_softmax(node, kb, ins, outs):
     x, y = ins[0], outs[0]
     outer, n, inner = _extent(x.shape, node.attrs["axis"], node.attrs.get("coerce_2d", False))
     log = node.op == "LogSoftmax"
-    with kb.loop(outer) as o:
+    with kb.loop(outer, kind=loop_kind(x.size, outer)) as o:
         if inner > 1 and len(outs) == 3:
             _softmax_columns(kb, x, y, outs[1], outs[2], o * n * inner, n, inner, log)
         else:

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..ir.loops import INDEX, as_expr, broadcast_index, cast, maximum, minimum, select
 from .bounds import IndexCheck
+from .elementwise import loop_kind
 from .registry import lowering
 
 
@@ -54,14 +55,18 @@ def lower_transpose(node, kb, ins, outs):
         kb.store(y, idx, x[tuple(src)])
 
     if reads == writes or min(y.shape[reads], y.shape[writes]) < TRANSPOSE_TILE:
-        with kb.loops(y.shape) as idx:
+        with kb.loops(y.shape, kind=loop_kind(y.size)) as idx:
             copy(idx)
         return
     # Walking either axis alone strides through memory on the other side; square tiles keep
     # both the lines read and the lines written in cache.
     outer = [d for d in range(len(perm)) if d not in (reads, writes)]
-    with kb.loops([y.shape[d] for d in outer]) as rest:
-        with kb.loop(_tiles(y.shape[reads])) as ti, kb.loop(_tiles(y.shape[writes])) as tj:
+    # the outermost loop that has more than one iteration is the parallel one
+    split_outer = any(y.shape[d] > 1 for d in outer)
+    kind = loop_kind(y.size)
+    with kb.loops([y.shape[d] for d in outer], kind=kind if split_outer else "serial") as rest:
+        with kb.loop(_tiles(y.shape[reads]), kind="serial" if split_outer else kind) as ti, \
+                kb.loop(_tiles(y.shape[writes])) as tj:
             with _tile(kb, ti, y.shape[reads]) as i, _tile(kb, tj, y.shape[writes]) as j:
                 idx = dict(zip(outer, rest)) | {reads: i, writes: j}
                 copy(tuple(idx[d] for d in range(len(perm))))

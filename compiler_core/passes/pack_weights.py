@@ -4,7 +4,7 @@ PackedGemm: W (K, N) becomes panels of the schedule's width (kernels/packed_gemm
 the bias is zero-padded to whole panels.
 
 Conv:
-A register tile multiplies MR output channels at a time and walks k; in W's own layout
+A register tile multiplies MR output channels (the schedule's tiles.mr) at a time and walks k; in W's own layout
 (OC, K) its MR weights per k lie in MR rows far apart, i.e. MR separate memory streams. The
 packed layout puts them next to each other:
     packed[g, m // MR, k, m % MR] = W[g * OCg + m, k]      (rows padded with zeros to MR)
@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 
 from ..ir import Graph, Node, Value
-from ..kernels.matmul import MAX_MR, SMALL_N
+from ..kernels.matmul import SMALL_N
 from ..kernels.packed_gemm import pack_panels
 
 
@@ -50,11 +50,11 @@ def _packable(n: Node) -> bool:
     return columns >= SMALL_N
 
 
-def packed_conv_weights(w: np.ndarray, group: int) -> tuple[np.ndarray, int]:
-    """(packed array of shape (group, OCg_padded // MR, K, MR), MR)."""
+def packed_conv_weights(w: np.ndarray, group: int, mr: int) -> tuple[np.ndarray, int]:
+    """(packed array of shape (group, OCg_padded // MR, K, MR), MR) for tiles of mr rows."""
     oc = w.shape[0]
     ocg = oc // group
-    mr = min(MAX_MR, ocg)
+    mr = min(mr, ocg)
     rows = -(-ocg // mr) * mr
     k = int(np.prod(w.shape[1:], dtype=np.int64))
     padded = np.zeros((group, rows, k), w.dtype)
@@ -65,7 +65,7 @@ def packed_conv_weights(w: np.ndarray, group: int) -> tuple[np.ndarray, int]:
 
 def _packed(n: Node) -> Node:
     w = n.inputs[1]
-    data, mr = packed_conv_weights(w.const, n.attrs["group"])
+    data, mr = packed_conv_weights(w.const, n.attrs["group"], n.schedule.tiles.mr)
     packed = Value(f"{w.name}_packed", data.shape, w.dtype, const=data)
     inputs = list(n.inputs)
     inputs[1] = packed

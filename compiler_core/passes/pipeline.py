@@ -14,6 +14,8 @@ from .fold_batchnorm import fold_batchnorm
 from .fuse_activation import fuse_activation
 from .fuse_elementwise import fuse_elementwise
 from .pack_weights import pack_weights
+from .sparse_weights import use_sparse_weights_for
+from .weight_precision import store_weights_as
 
 Pass = Callable[[Graph], Graph]
 
@@ -22,8 +24,8 @@ Pass = Callable[[Graph], Graph]
 PIPELINES: dict[str, list] = {
     "O0": [finalize_outputs, eliminate_dead_code, assign_schedules_for],
     "O1": [eliminate_dead_code, fold_batchnorm, use_packed_gemm, fuse_activation,
-           eliminate_common_subexpressions, finalize_outputs, eliminate_dead_code,
-           assign_schedules_for, pack_weights],
+           eliminate_common_subexpressions, use_sparse_weights_for, finalize_outputs,
+           eliminate_dead_code, assign_schedules_for, pack_weights],
 }
 PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise]
 PIPELINES["O3"] = PIPELINES["O2"]
@@ -36,7 +38,22 @@ def get_pipeline(name: str, spec: MachineSpec | None = None) -> list[Pass]:
     return [p(spec) if p.__name__.endswith("_for") else p for p in PIPELINES[name]]
 
 
-def run_pipeline(graph: Graph, opt_level: int, spec: MachineSpec | None = None) -> Graph:
-    for p in get_pipeline(f"O{min(max(opt_level, 0), 3)}", spec):
+def split_at_schedules(opt_level: int, spec: MachineSpec | None = None,
+                       weight_dtype: str = "float32") -> tuple[list[Pass], list[Pass]]:
+    """(passes up to and including assign_schedules, the passes after it): the autotuner
+    picks schedules in between, and finishes candidate nodes with the second list. Last
+    (it converts the packed layouts): the weights stored as `weight_dtype`
+    (passes/weight_precision.py)."""
+    passes = get_pipeline(f"O{min(max(opt_level, 0), 3)}", spec) + [store_weights_as(weight_dtype)]
+    cut = next(i for i, p in enumerate(passes) if p.__name__ == "assign_schedules") + 1
+    return passes[:cut], passes[cut:]
+
+
+def run_pipeline(graph: Graph, opt_level: int, spec: MachineSpec | None = None,
+                 weight_dtype: str = "float32", choose_schedules: Pass | None = None) -> Graph:
+    """`choose_schedules` (the autotuner, or tuning records) runs right after the default
+    schedules are assigned, before the passes that follow them (weight packing)."""
+    before, after = split_at_schedules(opt_level, spec, weight_dtype)
+    for p in before + ([choose_schedules] if choose_schedules else []) + after:
         graph = p(graph)
     return graph

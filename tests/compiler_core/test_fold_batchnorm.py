@@ -115,7 +115,7 @@ def test_fused_residual_matches_onnxruntime(k, channels):
 def test_packed_weights_layout():
     """packed[g, m // MR, k, m % MR] = W[g * OCg + m, k], rows padded with zeros to MR."""
     w = rand(2 * 9, 4, 3, 3, seed=1)  # 2 groups of 9 output channels: MR = 6, 3 pad rows
-    packed, mr = packed_conv_weights(w, group=2)
+    packed, mr = packed_conv_weights(w, group=2, mr=6)
     assert mr == 6 and packed.shape == (2, 2, 36, 6)
     flat = w.reshape(2, 9, 36)
     for g, m in [(0, 0), (0, 7), (1, 5), (1, 8)]:

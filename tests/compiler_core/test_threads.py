@@ -37,3 +37,59 @@ def test_library_links_openmp_only_when_used(artifact, tmp_path):
     small = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, (8,))], [("y", F, (8,))])
     cc.compile(small).save(tmp_path)
     assert not _needs_libgomp(tmp_path)
+
+
+def _one(op, inputs, out_shape, consts=(), **attrs):
+    names = [n for n, _ in inputs] + [n for n, _ in consts]
+    node = helper.make_node(op, names, ["out"], **attrs)
+    return make_model([node], [(n, F, a.shape) for n, a in inputs], [("out", F, out_shape)],
+                      consts)
+
+
+ROW_KERNELS = {
+    "softmax": lambda: _one("Softmax", [("x", rand(2, 12, 64, 64))], (2, 12, 64, 64), axis=-1),
+    "layer norm": lambda: _one("LayerNormalization", [("x", rand(4, 128, 96))], (4, 128, 96),
+                               [("g", rand(96, seed=1)), ("b", rand(96, seed=2))], axis=-1),
+    "max pool, batch 2, wide rows": lambda: _one(
+        "MaxPool", [("x", rand(2, 16, 40, 40))], (2, 16, 20, 20), kernel_shape=[3, 3],
+        strides=[2, 2], pads=[1, 1, 1, 1]),
+    "average pool": lambda: _one("AveragePool", [("x", rand(2, 16, 40, 40))], (2, 16, 38, 38),
+                                 kernel_shape=[3, 3]),
+    "global pool": lambda: _one("GlobalAveragePool", [("x", rand(2, 64, 30, 30))], (2, 64, 1, 1)),
+    "reduce": lambda: _one("ReduceMean", [("x", rand(8, 64, 100))], (8, 64, 1), axes=[2]),
+    "transpose 2d, tiled": lambda: _one("Transpose", [("x", rand(300, 257))], (257, 300),
+                                        perm=[1, 0]),
+    "transpose 4d": lambda: _one("Transpose", [("x", rand(2, 64, 12, 32))], (2, 12, 64, 32),
+                                 perm=[0, 2, 1, 3]),
+    "batched matmul": lambda: _one("MatMul", [("a", rand(2, 12, 64, 32)),
+                                              ("b", rand(2, 12, 32, 64, seed=1))], (2, 12, 64, 64)),
+}
+
+
+@pytest.mark.parametrize("kernel", ROW_KERNELS)
+def test_row_parallel_kernels_match_onnxruntime_at_two_threads(kernel, tmp_path):
+    from .helpers import ort_run
+    model = ROW_KERNELS[kernel]()
+    feeds = {i.name: rand(*[d.dim_value for d in i.type.tensor_type.shape.dim], seed=7)
+             for i in model.graph.input}
+    cc.compile(model).save(tmp_path)
+    assert _needs_libgomp(tmp_path), "big enough to run on several threads"
+    one, two = (cc.load(tmp_path, threads=t).run(feeds)["out"] for t in (1, 2))
+    expected = ort_run(model, feeds)["out"]
+    np.testing.assert_allclose(two, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(one, two)
+
+
+def test_a_bound_call_keeps_its_model_alive(artifact):
+    """The benchmark path: the call alone must keep the library and the arena alive."""
+    import gc
+    import weakref
+    model = cc.load(artifact, threads=2)
+    call = model.bind_feeds({"x": rand(4, 64, 513), "y": rand(513, seed=1)})
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is not None
+    call()
+    x, y = call.buffers[0]
+    np.testing.assert_allclose(call.buffers[1][0], np.tanh(x * y), rtol=1e-6, atol=1e-6)

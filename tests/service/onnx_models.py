@@ -28,6 +28,16 @@ def elementwise(symbolic: bool = True, width: int = 256) -> bytes:
     return _model(nodes, [x], [y], [w, b])
 
 
+def dense(rows: int = 2, inputs: int = 64, units: int = 32) -> bytes:
+    """y = relu(x @ w) with a constant w: a layer whose weights weight_dtype converts."""
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array(rng.standard_normal((inputs, units)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Relu", ["t"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, inputs])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, units])
+    return _model(nodes, [x], [y], [w])
+
+
 def unsupported() -> bytes:
     """A model using an operator Tensorforge will not compile (TfIdfVectorizer)."""
     node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=1,

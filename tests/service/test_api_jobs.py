@@ -19,6 +19,14 @@ def test_submit_creates_a_queued_job(api, uploaded, no_enqueue):
     assert [j.id for j in no_enqueue] == [CompileJob.objects.get().id]
     assert body["stages"] == ["validate", "optimize", "tune", "build", "benchmark", "package",
                               "upload"]
+    assert body["weight_dtype"] == "float32"  # the default
+
+
+def test_weight_dtype_is_stored_and_returned(api, uploaded, no_enqueue):
+    resp = submit(api, uploaded["id"], input_shapes={"x": [1, 256]}, weight_dtype="float16")
+    assert resp.status_code == 201 and resp.json()["weight_dtype"] == "float16"
+    assert CompileJob.objects.get().weight_dtype == "float16"
+    assert api.get(f"/api/v1/jobs/{resp.json()['id']}").json()["weight_dtype"] == "float16"
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -33,6 +41,9 @@ def test_submit_creates_a_queued_job(api, uploaded, no_enqueue):
     ({"input_shapes": {"x": [4, 256]}, "target": "gpu9000"}, "unknown target"),
     ({"input_shapes": {"x": [4, 256]}, "tuning": {"hours": 1}}, "tuning"),
     ({"input_shapes": {"x": [4, 256]}, "colour": "red"}, "unknown fields"),
+    ({"input_shapes": {"x": [4, 256]}, "weight_dtype": "int4"},
+     "unknown weight_dtype 'int4'; valid: float32, float16, int8"),
+    ({"input_shapes": {"x": [4, 256]}, "weight_dtype": 16}, "unknown weight_dtype 16"),
 ])
 def test_invalid_job_requests_are_400(api, uploaded, no_enqueue, fields, message):
     resp = submit(api, uploaded["id"], **fields)

@@ -15,12 +15,18 @@ RESULTS = {
                     "min_ms": 0.9, "max_ms": 2.0, "std_ms": 0.1, "runs": 100},
     "speedup": 2.0, "max_abs_err": 1e-7, "max_rel_err": 1e-7, "allclose": True,
     "kernels": [{"name": "k0_Add", "op": "Add", "mean_ms": 0.3}], "kernel_count": 1}
+PRECISION = {"weight_dtype": "int8", "layers": [{"node": "/fc", "op": "PackedGemm",
+                                                 "weights": 2048}],
+             "accuracy": {"measured_on": "native", "inputs": "random (seed 0)",
+                          "outputs": {"probs": {"max_abs_err": 3.5e-4, "max_rel_err": 2.5e-3}},
+                          "max_abs_err": 3.5e-4, "max_rel_err": 2.5e-3}}
 
 
 @pytest.fixture
 def browser(user):
-    client = Client()
-    assert client.login(username="alice", password="correct-horse-battery")
+    client = Client()  # through the sign-in page, as a person does (and django-axes needs)
+    resp = client.post("/login/", {"username": "alice", "password": "correct-horse-battery"})
+    assert resp.status_code == 302, resp.content
     return client
 
 
@@ -41,10 +47,11 @@ def test_model_page_asks_for_symbolic_dims_and_submits(browser, api, uploaded, n
     assert 'name="dim__x__0"' in page and "Compile" in page
     resp = browser.post(f"/models/{uploaded['id']}/", {
         "dim__x__0": "4", "target": "native", "opt_level": "3", "threads": "1",
-        "tuning_kind": "none"})
+        "tuning_kind": "none", "weight_dtype": "int8"})
     job = CompileJob.objects.get()
     assert resp.status_code == 302 and resp["Location"] == f"/jobs/{job.id}/"
     assert job.input_shapes == {"x": [4, 256]} and no_enqueue
+    assert job.weight_dtype == "int8" and 'name="weight_dtype"' in page
 
 
 def test_compile_form_errors_are_shown(browser, uploaded, no_enqueue):
@@ -76,6 +83,41 @@ def test_job_page_shows_chart_speedup_kernels_and_live_fragment(browser, api, up
     assert 'data-live="false"' in page
     compare = browser.get(f"/models/{uploaded['id']}/compare/?job={job_id}").content.decode()
     assert "<svg" in compare and "2.00×" in compare
+
+
+def test_job_page_and_api_show_the_weight_precision_error(browser, api, uploaded, no_enqueue):
+    job_id = api.post_json("/api/v1/jobs", {"model": uploaded["id"], "weight_dtype": "int8",
+                                            "input_shapes": {"x": [1, 256]}}).json()["id"]
+    CompileJob.objects.filter(pk=job_id).update(
+        state="succeeded", stage="upload", progress=1.0,
+        results={**RESULTS, "weight_precision": PRECISION, "target": "native", "threads": 1,
+                 "allclose": False,
+                 "stats": {"compile_seconds": 0.2, "arena_bytes": 64, "weights_bytes": 2048,
+                           "nodes": 1, "kernels": 1}})
+    page = browser.get(f"/jobs/{job_id}/").content.decode()
+    table = page[page.index('id="weight-precision"'):]
+    assert "int8 weights: error against float32" in table and "1 layer stored as int8" in table
+    assert "probs" in table and "3.50e-04" in table and "2.50e-03" in table
+    assert "int8 weights ·" in page
+    assert "mismatch" not in page and "int8 error" in page  # not allclose, as int8 weights chose
+    results = api.get(f"/api/v1/jobs/{job_id}").json()["results"]
+    assert results["weight_precision"] == PRECISION
+
+
+def test_job_page_and_api_list_the_block_sparse_layers(browser, api, uploaded, no_enqueue):
+    job_id = api.post_json("/api/v1/jobs", {"model": uploaded["id"],
+                                            "input_shapes": {"x": [1, 256]}}).json()["id"]
+    layer = {"onnx_node": "fc1", "weight": "fc1_w", "shape": [256, 384], "block": "1x8",
+             "density": 0.2, "estimated_speedup": 3.1}
+    CompileJob.objects.filter(pk=job_id).update(
+        state="succeeded", stage="upload", progress=1.0,
+        results={**RESULTS, "sparse_layers": [layer], "target": "native", "threads": 1,
+                 "stats": {"compile_seconds": 0.2, "arena_bytes": 64, "weights_bytes": 2048,
+                           "nodes": 1, "kernels": 1}})
+    page = browser.get(f"/jobs/{job_id}/").content.decode()
+    table = page[page.index('id="sparse-layers"'):]
+    assert "fc1_w" in table and "256x384" in table and "1x8" in table and "20%" in table
+    assert api.get(f"/api/v1/jobs/{job_id}").json()["results"]["sparse_layers"] == [layer]
 
 
 def test_failed_job_shows_its_reason(browser, api, uploaded, no_enqueue):
@@ -110,7 +152,7 @@ def test_tokens_are_shown_once_and_revocable(browser):
 
 def test_session_api_calls_need_csrf(user, s3):
     client = Client(enforce_csrf_checks=True)
-    client.login(username="alice", password="correct-horse-battery")
+    client.force_login(user)
     assert client.get("/api/v1/models").status_code == 200
     from django.core.files.uploadedfile import SimpleUploadedFile
     resp = client.post("/api/v1/models", {"file": SimpleUploadedFile("m.onnx", b"x")})
@@ -132,6 +174,20 @@ def test_admin_for_operators(make_user):
     from django.contrib.auth import get_user_model
     get_user_model().objects.create_superuser("root", password="correct-horse-battery")
     client = Client()
-    client.login(username="root", password="correct-horse-battery")
+    client.post("/login/", {"username": "root", "password": "correct-horse-battery"})
     for path in ("/admin/", "/admin/jobs/compilejob/", "/admin/accounts/apitoken/"):
         assert client.get(path).status_code == 200, path
+
+
+def test_job_page_shows_tuning_progress_and_curve(browser, api, uploaded, no_enqueue):
+    job_id = api.post_json("/api/v1/jobs", {"model": uploaded["id"], "input_shapes": {"x": [1, 256]},
+                                            "tuning": {"trials": 64}}).json()["id"]
+    curve = [{"trials": t, "estimate_ms": ms, "default_ms": 2.0}
+             for t, ms in ((8, 2.0), (16, 1.7), (24, 1.5))]
+    CompileJob.objects.filter(pk=job_id).update(state="running", stage="tune", tuning_progress={
+        "kernels_done": 1, "kernels_total": 3, "trials": 24, "trials_budget": 64, "failures": 2,
+        "seconds": 9.5, "seconds_budget": None, "estimate_ms": 1.5, "default_ms": 2.0,
+        "curve": curve})
+    page = browser.get(f"/jobs/{job_id}/").content.decode()
+    assert 'id="tuning-progress"' in page and "1 / 3" in page and "of 64" in page
+    assert "2 failed" in page and 'id="tuning-chart"' in page and "<polyline" in page

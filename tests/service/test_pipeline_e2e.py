@@ -87,6 +87,19 @@ def test_cli_client_against_the_live_server(live_server, worker, token, tmp_path
     assert "TfIdfVectorizer" in failed.stderr
 
 
+def test_int8_weights_report_their_error_in_the_results(api, worker):
+    model = api.upload(onnx_models.dense(), "dense.onnx").json()
+    resp = api.post_json("/api/v1/jobs", {"model": model["id"], "weight_dtype": "int8"})
+    assert resp.status_code == 201 and resp.json()["weight_dtype"] == "int8"
+    job = wait_for(api, resp.json()["id"])
+    assert job["state"] == "succeeded", job["error"]
+    precision = job["results"]["weight_precision"]
+    assert precision["weight_dtype"] == "int8" and precision["layers"][0]["weights"] == 64 * 32
+    error = precision["accuracy"]["outputs"]["y"]
+    assert 0 < error["max_abs_err"] and 0 < error["max_rel_err"] < 0.02
+    assert precision["accuracy"]["inputs"] == "random (seed 0)"
+
+
 def test_artifacts_not_duplicated_when_a_job_is_delivered_again(api, worker):
     """A worker that dies after uploading makes Celery redeliver; stages overwrite."""
     from webapp.jobs.models import CompileJob
@@ -107,3 +120,23 @@ def test_artifacts_not_duplicated_when_a_job_is_delivered_again(api, worker):
     assert BenchmarkResult.objects.filter(job_id=job_id).count() == 2
     pipeline.run_job(job_id, worker="late")  # a terminal job is left alone
     assert CompileJob.objects.get(pk=job_id).attempts == 2
+
+
+def test_tuning_job_shares_its_records_with_the_next_job(api, worker):
+    from webapp.jobs.models import CompileJob, TuningRecord
+    model = api.upload(onnx_models.dense(rows=16, inputs=64, units=40), "dense.onnx").json()
+
+    def tuned_job():
+        resp = api.post_json("/api/v1/jobs", {"model": model["id"], "tuning": {"trials": 9}})
+        assert resp.status_code == 201, resp.json()
+        job = wait_for(api, resp.json()["id"])
+        assert job["state"] == "succeeded", job["error"]
+        return CompileJob.objects.get(pk=job["id"])
+
+    first = tuned_job()
+    assert TuningRecord.objects.filter(job=first).count() == 9
+    assert first.tuning_progress["trials"] == 9 and len(first.tuning_progress["curve"]) >= 2
+    assert "9 new records shared" in first.log
+    second = tuned_job()  # the same kernel: its records are reused, nothing is measured
+    assert TuningRecord.objects.filter(job=second).count() == 0
+    assert "0 new records shared" in second.log and second.tuning_progress is None

@@ -19,7 +19,7 @@ from ninja import Schema
 from pydantic import ConfigDict, Field, model_validator
 
 from webapp.jobs.models import STAGES, JobState
-from webapp.jobs.validation import Tuning
+from webapp.jobs.validation import WEIGHT_DTYPES, Tuning
 
 T = TypeVar("T")
 
@@ -96,6 +96,46 @@ class KernelTiming(Contract):
     mean_ms: float
 
 
+class OutputError(Contract):
+    max_abs_err: float
+    max_rel_err: float = Field(description="max_abs_err over the output's largest float32 "
+                                           "magnitude")
+
+
+class ReducedLayer(Contract):
+    node: str
+    op: str
+    weights: int = Field(description="weights stored at the reduced precision")
+
+
+class PrecisionAccuracy(Contract):
+    measured_on: str = Field(description="the target whose code ran both builds")
+    inputs: str = Field(description="which inputs: the benchmark's (random, seed 0) or given")
+    outputs: dict[str, OutputError]
+    max_abs_err: float
+    max_rel_err: float
+
+
+class WeightPrecision(Contract):
+    """The cost of float16/int8 weights: the same model with float32 weights, run on the
+    same inputs, against the artifact."""
+
+    weight_dtype: Literal[WEIGHT_DTYPES]  # type: ignore[valid-type]
+    layers: list[ReducedLayer]
+    accuracy: PrecisionAccuracy
+
+
+class SparseLayer(Contract):
+    """A weight matrix multiplied block-sparse: its zero blocks are never loaded."""
+
+    onnx_node: str
+    weight: str
+    shape: list[int] = Field(description="(outputs, inputs)")
+    block: str = Field(description="block shape, outputs x inputs, e.g. 1x8")
+    density: float = Field(description="fraction of blocks that hold a nonzero")
+    estimated_speedup: float = Field(description="the compiler's estimate against dense")
+
+
 class JobResults(Contract):
     """What a finished job measured; the benchmark fields are null when it ran none."""
 
@@ -118,6 +158,10 @@ class JobResults(Contract):
         None, description="where the outputs were compared with ONNX Runtime")
     kernels: list[KernelTiming] = Field(default_factory=list,
                                         description="mean time of each kernel")
+    weight_precision: WeightPrecision | None = Field(
+        None, description="null for float32 weights")
+    sparse_layers: list[SparseLayer] = Field(
+        default_factory=list, description="layers specialized to their block-sparse weights")
 
     @model_validator(mode="before")
     @classmethod
@@ -170,6 +214,7 @@ class Job(Record):
     opt_level: int
     tuning: Tuning | None
     threads: int
+    weight_dtype: Literal[WEIGHT_DTYPES]  # type: ignore[valid-type]
     state: Literal[tuple(JobState.values)]  # type: ignore[valid-type]
     stage: Literal[("", *STAGES)] = Field(  # type: ignore[valid-type]
         description="the stage running or reached last; empty before the first")

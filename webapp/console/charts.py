@@ -82,3 +82,29 @@ def compare_chart(jobs) -> dict | None:
     if base:
         rows.append(("ONNX Runtime", "onnxruntime", base))
     return latency_chart(rows)
+
+
+CURVE_W, CURVE_H, CURVE_PAD = 640, 220, 48
+
+
+def tuning_curve(progress: dict | None) -> dict | None:
+    """The tuning curve: the tuned kernels' estimated time, as a share of their default
+    schedules' time, against trials (a line; 100% is untuned)."""
+    points = [p for p in (progress or {}).get("curve", [])
+              if p.get("default_ms") and p.get("estimate_ms") is not None]
+    if len(points) < 2:
+        return None
+    most = max(p["trials"] for p in points) or 1
+    low = min(min(p["estimate_ms"] / p["default_ms"] for p in points), 0.9)
+    low = math.floor(low * 10) / 10
+
+    def xy(p):
+        share = p["estimate_ms"] / p["default_ms"]
+        x = CURVE_PAD + (CURVE_W - 2 * CURVE_PAD) * p["trials"] / most
+        y = 16 + (CURVE_H - 56) * (1.0 - share) / (1.0 - low)
+        return f"{x:.1f},{y:.1f}"
+    last = points[-1]
+    return {"width": CURVE_W, "height": CURVE_H, "left": CURVE_PAD,
+            "right": CURVE_W - CURVE_PAD, "bottom": CURVE_H - 40,
+            "points": " ".join(xy(p) for p in points), "trials": most,
+            "low": f"{low:.0%}", "share": last["estimate_ms"] / last["default_ms"]}

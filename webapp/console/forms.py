@@ -6,6 +6,10 @@ from webapp.jobs import fleet
 
 OPT_LEVELS = [(3, "O3 — everything (recommended)"), (2, "O2 — no layout changes"),
               (1, "O1 — basic folding"), (0, "O0 — no optimization")]
+WEIGHT_DTYPES = [("float32", "float32 — exact (default)"),
+                 ("float16", "float16 — half the bytes; error measured and reported"),
+                 ("int8", "int8 — a quarter of the bytes, per-channel scales; error measured "
+                          "and reported")]
 
 
 def symbolic_fields(model) -> list[dict]:
@@ -45,7 +49,8 @@ def request_from_post(model, post) -> dict:
         tuning = {budget: _number(amount)}
     return {"model": str(model.id), "target": post.get("target", "native"),
             "input_shapes": shapes, "opt_level": _number(post.get("opt_level", "3")),
-            "threads": _number(post.get("threads", "1")), "tuning": tuning}
+            "threads": _number(post.get("threads", "1")), "tuning": tuning,
+            "weight_dtype": post.get("weight_dtype", "float32")}
 
 
 def target_choices() -> list[dict]:

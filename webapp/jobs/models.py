@@ -69,6 +69,7 @@ class CompileJob(models.Model):
     opt_level = models.IntegerField(default=3)
     tuning = models.JSONField(null=True, blank=True)  # None, {"trials": N} or {"seconds": S}
     threads = models.IntegerField(default=1)
+    weight_dtype = models.CharField(max_length=10, default="float32")  # float32, float16, int8
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.QUEUED)
     stage = models.CharField(max_length=20, blank=True)
     progress = models.FloatField(default=0.0)
@@ -83,6 +84,9 @@ class CompileJob(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)  # last time its task was sent
+    # while tuning: the tuner's last progress event (kernels, trials, best against default)
+    # and its curve [{"trials", "estimate_ms", "default_ms"}, ...]
+    tuning_progress = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -135,3 +139,27 @@ class BenchmarkResult(models.Model):
         ordering = ["runtime"]
         constraints = [models.UniqueConstraint(fields=["job", "runtime"],
                                                name="one_result_per_runtime")]
+
+
+class TuningRecord(models.Model):
+    """One autotuning measurement (compiler_core/tune/records.py), shared by every job of
+    every user: a kernel is tuned once per (workload, target), and any later job of any
+    model with that kernel starts from it. Failures are kept too (never measured again)."""
+    identity = models.CharField(max_length=64, unique=True)  # sha256 of the record's fields
+    workload = models.CharField(max_length=100)
+    target = models.CharField(max_length=200)
+    op = models.CharField(max_length=50)
+    schedule = models.JSONField()
+    is_default = models.BooleanField(default=False)
+    seconds = models.FloatField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    measured_at = models.FloatField()              # unix time, as in the records file
+    compiler = models.CharField(max_length=20)
+    job = models.ForeignKey(CompileJob, null=True, blank=True, on_delete=models.SET_NULL,
+                            related_name="tuning_records")
+
+    class Meta:
+        indexes = [models.Index(fields=["target", "workload"])]
+
+    def __str__(self) -> str:
+        return f"{self.workload} on {self.target}"

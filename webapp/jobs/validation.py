@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from compiler_core.passes.weight_precision import WEIGHT_DTYPES
 from compiler_core.targets import all_targets
 
 from .errors import NotFound, RequestError
@@ -71,6 +72,9 @@ class JobRequest(BaseModel):
     opt_level: Integer(0, 3) = 3
     tuning: Tuning | None = Field(None, description="no tuning when null")
     threads: Integer(1, MAX_THREADS) = 1
+    weight_dtype: Literal[WEIGHT_DTYPES] = Field(  # type: ignore[valid-type]
+        "float32", description="store dense and recurrent weights at this precision; float16 "
+        "and int8 report their measured error against float32 in results.weight_precision")
 
     @field_validator("target", mode="before")
     @classmethod
@@ -78,6 +82,14 @@ class JobRequest(BaseModel):
         if target not in TARGETS:
             raise ValueError(f"unknown target {target!r}; valid targets: {', '.join(TARGETS)}")
         return target
+
+    @field_validator("weight_dtype", mode="before")
+    @classmethod
+    def _known_weight_dtype(cls, weight_dtype):
+        if weight_dtype not in WEIGHT_DTYPES:
+            raise ValueError(f"unknown weight_dtype {weight_dtype!r}; valid: "
+                             f"{', '.join(WEIGHT_DTYPES)}")
+        return weight_dtype
 
     @field_validator("input_shapes", mode="before")
     @classmethod

@@ -89,7 +89,7 @@ def conv(cx, inputs):
     koff = cx.const(conv_tap_offsets(C // group, kernel, dilations, strides, q_shape), "conv_taps")
     outs = [((N, OC, *out), x.dtype)]
     if P != int(np.prod(out)):
-        outs.append(((OC, P + slack), x.dtype))  # scratch for the wide output
+        outs.append(((N * OC, P + slack), x.dtype))  # scratch for the wide output, per image
     attrs = {"group": group, "strides": strides, "dilations": dilations, "kernel_shape": kernel,
              "pads_begin": pb, "pads_end": pe, "activation": None}
     names = [cx.node.output[0], "conv_wide"][:len(outs)]
@@ -200,7 +200,7 @@ def _pool(cx, inputs, kind: str, p: float = 2):
     outs = [(y_shape, x.dtype)]
     P = wide_size(out, q_shape)
     if P != int(np.prod(out)):
-        outs.append(((x.shape[1], P), x.dtype))
+        outs.append(((x.shape[0] * x.shape[1], P), x.dtype))  # wide rows, per image
     names = [cx.node.output[0], "pool_wide"][:len(outs)]
     return cx.emit("WindowPool", ins, outs, {"kind": kind, "p": p}, names)[:1]
 

@@ -1,0 +1,118 @@
+"""Constant weights stored at reduced precision (opt-in: `cc.compile(..., weight_dtype=...)`).
+
+Small batch-1 models (speech, sampling nets) stream every weight once per call, so their
+speed is the speed at which weights come from the caches; half or a quarter of the bytes
+keeps more of them in L1/L2. Activations and accumulation stay float32:
+
+* float16: the weights are stored as half and widened in registers (vcvtph2ps, F16C on
+  x86; fcvtl on Arm).
+* int8: symmetric, one scale per output channel (scale = max |w| / 127 over the channel's
+  weights, q = round(w / scale)); the kernel widens q in registers (sign-extend, convert)
+  and multiplies the channel's dot product by its scale once, never each weight.
+
+Converted: the packed weights of PackedGemm (constant-weight MatMul/Gemm) and the W and R
+of LSTM/GRU/RNN. The pass runs last, after pack_weights, on the layouts the kernels read.
+New node inputs: PackedGemm's scale vector (one per packed column) at input 4; a
+recurrent node's W and R scales ([dirs, gates*H] each) at inputs 8 and 9.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+
+from ..codegen.target_machine import MachineSpec
+from ..errors import CompileError
+from ..ir import Graph, Node, Value
+
+WEIGHT_DTYPES = ("float32", "float16", "int8")
+RECURRENT = ("LSTM", "GRU", "RNN")
+GEMM_SCALE, RECURRENT_SCALES = 4, 8  # input positions of the int8 scales
+
+
+def check_weight_dtype(weight_dtype: str, spec: MachineSpec) -> None:
+    """CompileError unless `weight_dtype` is known and the target can widen it in registers."""
+    if weight_dtype not in WEIGHT_DTYPES:
+        raise CompileError(f"unknown weight_dtype {weight_dtype!r}; valid: "
+                           f"{', '.join(WEIGHT_DTYPES)}")
+    missing = _missing_features(weight_dtype, spec)
+    if missing:
+        raise CompileError(f"weight_dtype {weight_dtype!r} needs {missing}, which target cpu "
+                           f"{spec.cpu!r} ({spec.arch}) lacks; use weight_dtype 'float32' or a "
+                           "target that has it")
+
+
+def _missing_features(weight_dtype: str, spec: MachineSpec) -> str:
+    if weight_dtype == "float32" or spec.arch == "aarch64":  # NEON converts half and int8
+        return ""
+    if spec.arch != "x86_64":
+        return f"vector conversions from {weight_dtype} that Tensorforge knows only on x86-64 and Arm"
+    have = set(spec.features.split(","))
+    need = {"float16": ("+f16c", "F16C (vcvtph2ps: half to float in registers)"),
+            "int8": ("+avx2", "AVX2 (vpmovsxbd: int8 to int32 lanes in registers)")}
+    feature, what = need[weight_dtype]
+    return "" if feature in have else what
+
+
+def store_weights_as(weight_dtype: str) -> Callable[[Graph], Graph]:
+    """The pass storing dense and recurrent weights as `weight_dtype`."""
+    def reduce_weight_precision(graph: Graph) -> Graph:
+        if weight_dtype == "float32":
+            return graph
+        nodes = [_converted(n, weight_dtype) for n in graph.nodes]
+        return Graph(graph.inputs, graph.outputs, nodes, graph.name, graph.opset)
+    return reduce_weight_precision
+
+
+def quantize_int8(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """(q, scale): symmetric per-channel int8, reducing over `axis` (the input dimension), so
+    w ~= q * scale with scale broadcast back along `axis`. All-zero channels get scale 1 (q
+    is 0 there anyway): kernels may divide by a scale."""
+    scale = np.max(np.abs(w), axis=axis, keepdims=True).astype(np.float32) / np.float32(127)
+    scale = np.where(scale == 0, np.float32(1), scale)
+    q = np.round(w / scale)
+    return np.clip(q, -127, 127).astype(np.int8), np.squeeze(scale, axis)
+
+
+def _converted(n: Node, weight_dtype: str) -> Node:
+    if n.op == "PackedGemm" and n.inputs[1].dtype == np.float32:
+        inputs, scales = _reduced_inputs(n, [1], weight_dtype, axis=1)
+        return _with_scales(n, inputs, GEMM_SCALE, [s.reshape(-1) if s is not None else None
+                                                    for s in scales])
+    if n.op in RECURRENT and all(n.inputs[k].is_const for k in (1, 2)):
+        inputs, scales = _reduced_inputs(n, [1, 2], weight_dtype, axis=1)
+        return _with_scales(n, inputs, RECURRENT_SCALES, scales)
+    return n
+
+
+def _reduced_inputs(n: Node, positions, weight_dtype, axis):
+    """The node's inputs with those at `positions` converted, and their int8 scales."""
+    inputs, scales = list(n.inputs), []
+    for k in positions:
+        w = inputs[k]
+        if weight_dtype == "int8":
+            data, scale = quantize_int8(w.const, axis)
+        else:
+            data, scale = w.const.astype(np.float16), None
+        inputs[k] = Value(f"{w.name}_{weight_dtype}", data.shape, data.dtype, const=data)
+        scales.append(scale)
+    return inputs, scales
+
+
+def _with_scales(n: Node, inputs, at: int, scales) -> Node:
+    if scales[0] is not None:
+        inputs = inputs + [None] * (at - len(inputs))
+        inputs += [Value(f"{n.inputs[1].name}_scale{k}", s.shape, np.float32, const=s)
+                   for k, s in enumerate(scales)]
+    return dataclasses.replace(n, inputs=inputs)
+
+
+def reduced_layers(graph: Graph) -> list[dict]:
+    """Which kernels read reduced-precision weights (for meta.json)."""
+    return [{"node": n.name, "op": n.op, "weights": sum(v.size for v in n.inputs[1:3]
+                                                         if v is not None and v.is_const
+                                                         and v.dtype in (np.float16, np.int8))}
+            for n in graph.nodes
+            if any(v is not None and v.is_const and v.dtype in (np.float16, np.int8)
+                   for v in n.inputs[1:3]) and (n.op == "PackedGemm" or n.op in RECURRENT)]

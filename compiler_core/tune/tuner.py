@@ -1,0 +1,252 @@
+"""tune_graph: spend a tuning budget over a graph's kernels and give every node its best
+known schedule.
+
+Nodes that share a workload (tune/workload.py) are tuned once. A workload with a successful
+record for the target is reused as it is (a kernel is tuned once per target); the others
+share the budget by their share of the model's time: the next batch always goes to the
+workload with the most estimated time per trial spent on it (the estimate is the cost
+model's until the default schedule has been timed, then the measured time times the number
+of calls). A workload stops early when PATIENCE candidates in a row improved on its best by
+less than 1%, or when its space is exhausted. Every measurement goes to the records store as
+it arrives.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..analysis.node_cost import node_cost
+from ..codegen.target_machine import MachineSpec
+from ..ir import Graph, Node
+from .builder import BuildTask
+from .records import RecordStore, make_record
+from .request import TuningRequest
+from .runner import Measurement, run_batch
+from .search import Strategy, make_strategy
+from .space import space_of, tunable
+from .workload import schedule_fields, schedule_from_fields, target_key, workload_key
+
+BATCH = 8          # candidates per child process (plus the reference)
+PATIENCE = 24      # candidates without a 1% gain before a workload stops
+PEAK_FLOPS = 50e9  # one core, for the a-priori estimate of a kernel's time
+PEAK_BYTES = 20e9
+
+
+@dataclass
+class Workload:
+    key: str
+    nodes: list[Node]
+    space: list                   # space[0] is the default schedule
+    checked: list[int]            # outputs read by the graph (the others are scratch)
+    guess: float                  # a-priori seconds per model run
+    tried: dict = field(default_factory=dict)   # schedule -> Measurement (records included)
+    source: str = "default"       # "records" | "tuned" | "default"
+    trials: int = 0               # measurements made by this compile
+    since_gain: int = 0
+    done: bool = False
+
+    @property
+    def op(self) -> str:
+        return self.nodes[0].op
+
+    @property
+    def default_seconds(self) -> float | None:
+        m = self.tried.get(self.space[0])
+        return m.seconds if m and m.ok else None
+
+    @property
+    def best(self) -> Measurement | None:
+        ok = [m for m in self.tried.values() if m.ok]
+        return min(ok, key=lambda m: m.seconds) if ok else None
+
+    @property
+    def estimate(self) -> float:
+        """Seconds per model run: measured once the default has been timed."""
+        d = self.default_seconds
+        return d * len(self.nodes) if d else self.guess
+
+
+def collect_workloads(graph: Graph, spec: MachineSpec,
+                      weight_dtype: str = "float32") -> list[Workload]:
+    read = {v for n in graph.nodes for v in n.inputs if v is not None} | set(graph.outputs)
+    by_key: dict[str, Workload] = {}
+    for n in graph.nodes:
+        if not tunable(n):
+            continue
+        key = workload_key(n, weight_dtype)
+        if key not in by_key:
+            checked = [k for k, v in enumerate(n.outputs) if v in read] or [0]
+            by_key[key] = Workload(key, [], space_of(n, spec), checked, 0.0)
+        by_key[key].nodes.append(n)
+        by_key[key].guess += _guess(n)
+    return list(by_key.values())
+
+
+def _guess(n: Node) -> float:
+    c = node_cost(n)
+    return max(c.flops / PEAK_FLOPS, c.bytes / PEAK_BYTES)
+
+
+class Tuner:
+    """One compile's tuning: `run(graph)` picks schedules (a pipeline pass), `summary()`
+    is meta.json's `tuning`."""
+
+    def __init__(self, request: TuningRequest, spec: MachineSpec, opt_level: int,
+                 store: RecordStore, measure: bool = True,
+                 on_progress: Callable[[dict], None] | None = None,
+                 strategy: Strategy | None = None, run: Callable = run_batch,
+                 weight_dtype: str = "float32"):
+        self.request, self.spec, self.opt_level, self.store = request, spec, opt_level, store
+        self.target = target_key(spec, request.threads)
+        self.measure, self.on_progress = measure, on_progress or (lambda event: None)
+        self.strategy = strategy or make_strategy()
+        self.run_batch, self.weight_dtype = run, weight_dtype
+        self.workloads: list[Workload] = []
+        self.trials, self.failures, self.seconds = 0, 0, 0.0
+        self.curve: list[dict] = []
+        self.note: str | None = None
+
+    def __call__(self, graph: Graph) -> Graph:
+        self.workloads = collect_workloads(graph, self.spec, self.weight_dtype)
+        for w in self.workloads:
+            self._load_records(w)
+        started = time.monotonic()
+        if self.measure:
+            self._spend(started)
+        self.seconds = time.monotonic() - started
+        for w in self.workloads:
+            self._apply(w)
+        return graph
+
+    # ---------------------------------------------------------------- records
+
+    def _load_records(self, w: Workload) -> None:
+        for r in self.store.find(w.key, self.target):
+            s = schedule_from_fields(r["schedule"], w.space)
+            if s is not None and s not in w.tried:
+                w.tried[s] = Measurement(s, r["seconds"], r["error"])
+        if w.best is not None:
+            w.source, w.done = "records", True
+            self.strategy.observe(w, list(w.tried.values()))
+
+    def _record(self, w: Workload, m: Measurement) -> None:
+        w.tried[m.schedule] = m
+        w.trials += 1
+        self.trials += 1
+        self.failures += not m.ok
+        self.store.add(make_record(w.key, self.target, w.op, schedule_fields(m.schedule),
+                                   m.schedule == w.space[0], m.seconds, m.error))
+
+    # ---------------------------------------------------------------- budget
+
+    def _out_of_budget(self, started: float) -> bool:
+        r = self.request
+        return bool((r.trials is not None and self.trials >= r.trials)
+                    or (r.seconds is not None and time.monotonic() - started >= r.seconds))
+
+    def _pick(self) -> Workload | None:
+        live = [w for w in self.workloads if not w.done]
+        scale = self._calibration()
+        return max(live, key=lambda w: w.estimate * (1.0 if w.default_seconds else scale)
+                   / (w.trials + BATCH)) if live else None
+
+    def _calibration(self) -> float:
+        """How far the a-priori guesses are from the times measured so far (their median
+        ratio), so that untimed kernels compete fairly with timed ones for the budget."""
+        ratios = sorted(w.estimate / w.guess for w in self.workloads
+                        if w.default_seconds and w.guess > 0)
+        return ratios[len(ratios) // 2] if ratios else 1.0
+
+    def _spend(self, started: float) -> None:
+        while not self._out_of_budget(started):
+            w = self._pick()
+            if w is None:
+                break
+            room = BATCH if self.request.trials is None else self.request.trials - self.trials
+            self._tune_batch(w, max(1, min(BATCH, room)))
+            self._progress(w, started)
+
+    def _tune_batch(self, w: Workload, size: int) -> None:
+        fresh = w.default_seconds is None
+        batch = self.strategy.propose(w, size - fresh)
+        if not batch and not fresh:
+            w.done = True
+            return
+        before = w.best.seconds if w.best else None
+        task = BuildTask(w.nodes[0], [w.space[0]] + batch, self.spec, self.opt_level,
+                         w.checked, self.request.threads, self.weight_dtype)
+        measured = self.run_batch(task)
+        for m in measured[0 if fresh else 1:]:
+            self._record(w, m)
+        self.strategy.observe(w, measured[0 if fresh else 1:])
+        w.source = "tuned"
+        self._after_batch(w, before, len(batch), measured[0])
+
+    def _after_batch(self, w: Workload, before, count: int, reference: Measurement) -> None:
+        if not reference.ok:
+            w.done = True  # nothing can be checked without the default
+            return
+        gained = before is not None and w.best.seconds < 0.99 * before
+        w.since_gain = 0 if gained or before is None else w.since_gain + count
+        w.done = w.since_gain >= PATIENCE or len(w.tried) >= len(w.space)
+
+    # ---------------------------------------------------------------- results
+
+    def _apply(self, w: Workload) -> None:
+        best = w.best
+        if best is not None and w.default_seconds and best.seconds < w.default_seconds:
+            for n in w.nodes:
+                n.schedule = best.schedule
+
+    def _progress(self, w: Workload, started: float) -> None:
+        point = {"trials": self.trials, **self._estimate()}
+        self.curve.append(point)
+        self.on_progress({
+            "kernels_total": len(self.workloads),
+            "kernels_done": sum(x.done for x in self.workloads),
+            "trials": self.trials, "trials_budget": self.request.trials,
+            "seconds": round(time.monotonic() - started, 2),
+            "seconds_budget": self.request.seconds, "op": w.op, "failures": self.failures,
+            **point})
+
+    def _estimate(self) -> dict:
+        """Time of the kernels whose default has been timed: as tuned so far, and default."""
+        timed = [w for w in self.workloads if w.default_seconds]
+        best = sum(w.best.seconds * len(w.nodes) for w in timed)
+        default = sum(w.default_seconds * len(w.nodes) for w in timed)
+        return {"estimate_ms": round(best * 1e3, 4), "default_ms": round(default * 1e3, 4)}
+
+    def summary(self) -> dict:
+        kernels = [self._kernel_summary(w) for w in self.workloads]
+        return {"enabled": True, "request": self.request.as_dict(), "target": self.target,
+                "trials": self.trials, "failures": self.failures,
+                "reused": sum(w.source == "records" for w in self.workloads),
+                "tuned_kernels": sum(w.source == "tuned" for w in self.workloads),
+                "tunable_kernels": len(self.workloads), "seconds": round(self.seconds, 2),
+                "note": self.note, "kernels": kernels, "curve": self.curve}
+
+    @staticmethod
+    def _kernel_summary(w: Workload) -> dict:
+        chosen = w.nodes[0].schedule
+        m = w.tried.get(chosen)
+        return {"workload": w.key, "op": w.op, "calls": len(w.nodes), "source": w.source,
+                "trials": w.trials,
+                "default_ms": _ms(w.default_seconds),
+                "chosen_ms": _ms(m.seconds if m and m.ok else None),
+                "schedule": schedule_fields(chosen), "default": chosen == w.space[0]}
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1e3, 5)
+
+
+def tune_graph(graph: Graph, spec: MachineSpec, request: TuningRequest, opt_level: int = 3,
+               store: RecordStore | None = None,
+               on_progress: Callable[[dict], None] | None = None) -> dict:
+    """Give the graph's nodes (schedules assigned, weights not yet packed) their tuned
+    schedules in place; returns the summary (meta.json's `tuning`)."""
+    tuner = Tuner(request, spec, opt_level, store or RecordStore(request.records),
+                  on_progress=on_progress)
+    tuner(graph)
+    return tuner.summary()

@@ -1,0 +1,111 @@
+"""Conv schedules: the implicit GEMM split over threads by columns or output channels, and
+every tile/split choice of the autotuner's space computing the same result."""
+import tempfile
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import compiler_core as cc
+from compiler_core.codegen.target_machine import host_spec
+from compiler_core.frontend.onnx import import_model
+from compiler_core.kernels import schedule
+from compiler_core.kernels.conv import ConvSchedule, conv_space, default_conv_schedule, split_blocks
+from compiler_core.kernels.matmul import GemmTiles
+
+from .helpers import make_model, ort_run, rand
+
+F = np.float32
+
+
+def conv_model(n, c, oc, hw, k, stride=1, pad=None, group=1, relu=True, residual=False):
+    pad = k // 2 if pad is None else pad
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4,
+                              strides=[stride] * 2, group=group)]
+    out = (hw + 2 * pad - k) // stride + 1
+    last = "c"
+    if residual:
+        nodes.append(helper.make_node("Add", ["c", "r"], ["s"]))
+        last = "s"
+    if relu:
+        nodes.append(helper.make_node("Relu", [last], ["y"]))
+    else:
+        nodes.append(helper.make_node("Identity", [last], ["y"]))
+    inputs = [("x", F, (n, c, hw, hw))] + ([("r", F, (n, oc, out, out))] if residual else [])
+    consts = [("w", rand(oc, c // group, k, k, seed=1)), ("b", rand(oc, seed=2))]
+    return make_model(nodes, inputs, [("y", F, (n, oc, out, out))], consts)
+
+
+def feeds_for(model):
+    return {i.name: rand(*[d.dim_value for d in i.type.tensor_type.shape.dim], seed=5 + j)
+            for j, i in enumerate(model.graph.input)}
+
+
+def conv_node(model):
+    graph = import_model(model)
+    return next(n for n in graph.nodes if n.op == "Conv")
+
+
+CASES = {
+    "3x3 padded, wide output": dict(n=1, c=32, oc=48, hw=28, k=3),
+    "1x1, direct store": dict(n=1, c=64, oc=40, hw=20, k=1),
+    "strided 3x3": dict(n=1, c=16, oc=32, hw=31, k=3, stride=2),
+    "batch of 2 with residual": dict(n=2, c=24, oc=36, hw=14, k=3, residual=True),
+    "grouped": dict(n=1, c=32, oc=64, hw=16, k=3, group=4),
+    "depthwise": dict(n=1, c=64, oc=64, hw=24, k=3, group=64),
+    "few columns, many channels": dict(n=1, c=256, oc=256, hw=5, k=3),
+}
+
+
+def run_both(model, feeds):
+    """The compiled model's output at 1 and at 2 threads."""
+    art = cc.compile(model)
+    with tempfile.TemporaryDirectory() as d:
+        art.save(d)
+        return [cc.load(d, threads=t).run(feeds)["y"] for t in (1, 2)]
+
+
+def assert_close(got, expected, what=""):
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 + 1e-3 * np.abs(expected).max(),
+                               err_msg=what)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_two_threads_match_onnxruntime_and_one_thread(case):
+    model = conv_model(**CASES[case])
+    feeds = feeds_for(model)
+    one, two = run_both(model, feeds)
+    assert_close(two, ort_run(model, feeds)["y"])
+    np.testing.assert_array_equal(one, two)
+
+
+def test_big_convs_are_split_and_small_ones_are_not():
+    big = default_conv_schedule(conv_node(conv_model(1, 64, 64, 56, 3)), host_spec())
+    assert big.parallel and big.split == "columns" and big.blocks >= 4
+    deep = default_conv_schedule(conv_node(conv_model(1, 512, 512, 7, 3)), host_spec())
+    assert deep.parallel and deep.split == "rows" and deep.blocks >= 2
+    tiny = default_conv_schedule(conv_node(conv_model(1, 3, 4, 6, 3)), host_spec())
+    assert not tiny.parallel and tiny.blocks == 1
+
+
+def test_blocks_cover_the_axis_in_whole_tiles():
+    tiles = GemmTiles(6, 16, 256, 64)
+    from compiler_core.kernels.matmul import GemmShape
+    size, count, tail = split_blocks(ConvSchedule(tiles, "columns", 4), GemmShape(50, 900, 9))
+    assert size % 16 == 0 and (count - 1) * size + tail == 900 and 0 < tail <= size
+    size, count, tail = split_blocks(ConvSchedule(tiles, "rows", 3), GemmShape(50, 900, 9))
+    assert size % 6 == 0 and (count - 1) * size + tail == 50 and 0 < tail <= size
+
+
+@pytest.mark.parametrize("case", ["3x3 padded, wide output", "batch of 2 with residual"])
+def test_a_sample_of_the_search_space_is_correct(case, monkeypatch):
+    """Each candidate the autotuner may pick, compiled into the whole model, matches ORT."""
+    model = conv_model(**CASES[case])
+    feeds = feeds_for(model)
+    space = conv_space(conv_node(model), host_spec())
+    assert len(space) > 50
+    expected = ort_run(model, feeds)["y"]
+    for sched in space[::len(space) // 6]:
+        monkeypatch.setitem(schedule.DEFAULTS, "Conv", lambda node, spec, s=sched: s)
+        for got in run_both(model, feeds):
+            assert_close(got, expected, str(sched))

@@ -1,0 +1,65 @@
+"""The autotuner's runner and tuner against candidates that crash, hang and compute wrong
+results (tests/compiler_core/tune_probe_kernels.py): each is recorded as a failure, none is
+chosen, and tuning goes on to the fastest correct candidate."""
+import functools
+
+import numpy as np
+
+from compiler_core.codegen.target_machine import host_spec
+from compiler_core.ir import Graph, Node, Value
+from compiler_core.passes.assign_schedules import assign_schedules_for
+from compiler_core.tune import RecordStore, Tuner, TuningRequest
+from compiler_core.tune.builder import BuildTask
+from compiler_core.tune.runner import run_batch
+
+from .tune_probe_kernels import OP, ProbeSchedule
+
+FAST_LIMITS = {"candidate_seconds": 3.0, "build_seconds": 60.0}
+
+
+def probe_graph() -> Graph:
+    x = Value("x", (1, 4096), np.float32)
+    y = Value("y", (1, 4096), np.float32)
+    graph = Graph([x], [y], [Node(OP, [x], [y], {}, "probe")])
+    return assign_schedules_for(host_spec())(graph)
+
+
+def test_runner_records_each_kind_of_failure():
+    node = probe_graph().nodes[0]
+    modes = ["slow", "crash", "fast", "hang", "wrong"]
+    task = BuildTask(node, [ProbeSchedule(m) for m in modes], host_spec(), 3, [0])
+    got = dict(zip(modes, run_batch(task, **FAST_LIMITS)))
+    assert got["slow"].ok and got["fast"].ok
+    assert got["fast"].seconds < got["slow"].seconds
+    assert "crashed (killed by signal 11)" in got["crash"].error
+    assert "hang" in got["hang"].error
+    assert "wrong result" in got["wrong"].error
+
+
+def test_tuner_survives_bad_candidates_and_picks_the_fast_one(tmp_path):
+    graph = probe_graph()
+    store = RecordStore(tmp_path / "records.jsonl")
+    tuner = Tuner(TuningRequest(trials=20), host_spec(), 3, store,
+                  run=functools.partial(run_batch, **FAST_LIMITS))
+    tuner(graph)
+    summary = tuner.summary()
+    assert graph.nodes[0].schedule == ProbeSchedule("fast")
+    assert summary["trials"] == 5 and summary["failures"] == 3
+    (kernel,) = summary["kernels"]
+    assert kernel["chosen_ms"] < kernel["default_ms"]
+    failed = {r["schedule"]["mode"] for r in store.all() if r["error"]}
+    assert failed == {"crash", "hang", "wrong"}
+
+
+def test_records_make_a_second_tuning_measure_nothing(tmp_path):
+    path = tmp_path / "records.jsonl"
+    first = Tuner(TuningRequest(trials=20), host_spec(), 3, RecordStore(path),
+                  run=functools.partial(run_batch, **FAST_LIMITS))
+    first(probe_graph())
+
+    def no_measuring(task):
+        raise AssertionError("measured a workload the records already hold")
+    again = Tuner(TuningRequest(trials=20), host_spec(), 3, RecordStore(path), run=no_measuring)
+    graph = again(probe_graph())
+    assert graph.nodes[0].schedule == ProbeSchedule("fast")
+    assert again.summary()["trials"] == 0 and again.summary()["reused"] == 1

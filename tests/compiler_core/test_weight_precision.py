@@ -1,0 +1,163 @@
+"""Reduced-precision weights (weight_dtype float16 / int8): correctness within tolerance, the
+measured error in meta.json, refusals, and code that follows the target's features."""
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import compiler_core as cc
+from compiler_core.codegen.target_machine import MachineSpec
+from compiler_core.passes.weight_precision import check_weight_dtype, quantize_int8
+from tests.models import catalog
+
+from .helpers import make_model, ort_run, rand
+
+SPEECH = Path(__file__).parents[1] / "models" / "speech_lstm_gru.onnx"
+
+
+def test_int8_quantization_is_per_output_channel_and_symmetric():
+    w = rand(3, 50, 8, seed=4)
+    w[:, :, 5] *= 100  # one loud channel must not coarsen the others
+    w[:, :, 2] = 0
+    q, scale = quantize_int8(w, axis=1)
+    assert q.dtype == np.int8 and scale.shape == (3, 8) and (q[:, :, 2] == 0).all()
+    assert np.abs(q).max() == 127 and q.min() >= -127
+    err = np.abs(q * scale[:, None, :] - w)
+    assert (err <= scale[:, None, :] / 2 + 1e-7).all()
+
+
+@pytest.mark.parametrize("weight_dtype,tol", [("float16", 1e-3), ("int8", 1e-2)])
+def test_sampling_net_stays_close_to_float32(weight_dtype, tol):
+    path, feeds = catalog.model_path("wavernn"), catalog.feeds("wavernn")
+    art = cc.compile(str(path), catalog.input_shapes("wavernn"), weight_dtype=weight_dtype,
+                     sample_inputs=feeds)
+    want = ort_run(_load(path), feeds)
+    got = art.run(feeds)
+    for name, ref in want.items():
+        np.testing.assert_allclose(got[name], ref, rtol=0, atol=tol, err_msg=name)
+        assert np.abs(got[name] - ref).max() > 0, f"{name}: {weight_dtype} weights changed nothing"
+    report = art.meta["weight_precision"]
+    assert report["weight_dtype"] == weight_dtype
+    assert {layer["op"] for layer in report["layers"]} == {"GRU", "PackedGemm"}
+    errors = report["accuracy"]["outputs"]
+    assert set(errors) == {"probs", "h_next"} and report["accuracy"]["inputs"] == "given"
+    for name, e in errors.items():  # measured against our float32 build: close to ORT's
+        assert e["max_abs_err"] == pytest.approx(np.abs(got[name] - want[name]).max(),
+                                                 rel=0.1, abs=1e-6)
+        assert 0 < e["max_rel_err"] < 0.05
+
+
+def test_float32_reports_nothing_and_keeps_its_weights():
+    art = cc.compile(str(catalog.model_path("wavernn")), catalog.input_shapes("wavernn"))
+    assert "weight_precision" not in art.meta
+    half = cc.compile(str(catalog.model_path("wavernn")), catalog.input_shapes("wavernn"),
+                      weight_dtype="float16")
+    assert half.meta["stats"]["weights_bytes"] < 0.55 * art.meta["stats"]["weights_bytes"]
+    assert half.meta["weight_precision"]["accuracy"]["inputs"] == "random (seed 0)"
+
+
+@pytest.mark.parametrize("weight_dtype", ["float16", "int8"])
+def test_lstm_gru_and_matmul_with_reduced_weights(weight_dtype):
+    model = _load(SPEECH)
+    feeds = {"features": rand(1, 50, 40, seed=2)}
+    got = cc.compile(model, weight_dtype=weight_dtype).run(feeds)
+    for name, ref in ort_run(model, feeds).items():
+        np.testing.assert_allclose(got[name], ref, rtol=0, atol=2e-2, err_msg=name)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 64, 10), (13, 1030, 50), (9, 33, 20)])
+def test_int8_gemm_epilogue_with_bias_chunks_and_edges(m, k, n):
+    """Scale then bias then Relu, also when k is split into chunks (partial sums in Y)."""
+    nodes = [helper.make_node("Gemm", ["a", "w", "c"], ["g"], alpha=1.5, transB=1),
+             helper.make_node("Relu", ["g"], ["y"])]
+    model = make_model(nodes, [("a", np.float32, [m, k])], [("y", np.float32, [m, n])],
+                       [("w", rand(n, k, seed=1)), ("c", rand(n, seed=2))])
+    feeds = {"a": rand(m, k)}
+    art = cc.compile(model, weight_dtype="int8", sample_inputs=feeds)
+    ref = ort_run(model, feeds)["y"]
+    got = art.run(feeds)["y"]
+    scale = np.abs(ref).max()
+    np.testing.assert_allclose(got, ref, rtol=0, atol=0.02 * scale)
+    assert art.meta["weight_precision"]["accuracy"]["outputs"]["y"]["max_rel_err"] < 0.02
+
+
+def test_unknown_weight_dtype_is_refused():
+    with pytest.raises(cc.CompileError, match="unknown weight_dtype 'bfloat16'.*float16, int8"):
+        cc.compile(str(catalog.model_path("wavernn")), weight_dtype="bfloat16")
+
+
+@pytest.mark.parametrize("weight_dtype,lacking", [("float16", "F16C"), ("int8", "AVX2")])
+def test_target_without_the_conversions_is_refused(weight_dtype, lacking):
+    old_x86 = MachineSpec("x86_64-unknown-linux-gnu", "westmere", "+sse4.2,+popcnt,-f16c")
+    with pytest.raises(cc.CompileError, match=f"needs {lacking}.*westmere"):
+        check_weight_dtype(weight_dtype, old_x86)
+    check_weight_dtype(weight_dtype, MachineSpec("aarch64-unknown-linux-gnu", "cortex-a72",
+                                                 "+neon"))
+
+
+@pytest.mark.parametrize("target,register", [("x86-64-v3", "%ymm"), ("x86-64-v4", "%zmm")])
+@pytest.mark.parametrize("weight_dtype,instruction", [("float16", "vcvtph2ps"),
+                                                      ("int8", "vpmovsxbd")])
+def test_weights_are_widened_in_the_targets_registers(target, register, weight_dtype,
+                                                      instruction):
+    """AVX2 widens 8 lanes at a time (ymm), AVX-512 16 (zmm); the accuracy of a target this
+    machine may not run is measured on a host build."""
+    art = cc.compile(str(catalog.model_path("wavernn")), catalog.input_shapes("wavernn"),
+                     target=target, weight_dtype=weight_dtype)
+    widening = [line for line in _disassembly(art) if instruction in line]
+    assert any(register in line for line in widening), widening[:5]
+    assert art.meta["weight_precision"]["accuracy"]["measured_on"] in (target, "native")
+
+
+def _disassembly(art) -> list[str]:
+    with tempfile.TemporaryDirectory() as d:
+        art.save(d)
+        out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"{d}/model.so"],
+                             capture_output=True, text=True, check=True).stdout
+    return out.splitlines()
+
+
+def _load(path):
+    import onnx
+    return onnx.load(str(path))
+
+
+def test_cli_weight_dtype_reports_the_error_and_refuses_unknown_ones(tmp_path):
+    from .test_cli import cli
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["y"])]
+    model = make_model(nodes, [("a", np.float32, [2, 40])], [("y", np.float32, [2, 24])],
+                       [("w", rand(40, 24, seed=1))])
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    np.savez(tmp_path / "feeds.npz", a=rand(2, 40, seed=3))
+    r = cli("compile", "m.onnx", "-o", "out", "--weight-dtype", "int8", "--sample-inputs",
+            "feeds.npz", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "int8 weights in 1 layers" in r.stdout and "y: max_abs_err" in r.stdout
+    meta = (tmp_path / "out" / "meta.json").read_text()
+    assert '"max_rel_err"' in meta and '"inputs": "given"' in meta
+    r = cli("compile", "m.onnx", "-o", "out2", "--weight-dtype", "int4", cwd=tmp_path)
+    assert r.returncode == 2 and "invalid choice: 'int4'" in r.stderr
+
+
+@pytest.mark.parametrize("op,gates", [("GRU", 3), ("LSTM", 4)])
+def test_int8_bidirectional_recurrent_with_partial_sweeps(op, gates):
+    """Input 7 and hidden 5: sweeps of four rows and the rows left over, both directions."""
+    seq, batch, inp, hidden = 3, 2, 7, 5
+    w = rand(2, gates * hidden, inp, seed=1)
+    r = rand(2, gates * hidden, hidden, seed=2)
+    b = rand(2, 2 * gates * hidden, seed=3)
+    node = helper.make_node(op, ["x", "w", "r", "b"], ["y", "y_h"], hidden_size=hidden,
+                            direction="bidirectional")
+    model = make_model([node], [("x", np.float32, [seq, batch, inp])],
+                       [("y", np.float32, [seq, 2, batch, hidden]),
+                        ("y_h", np.float32, [2, batch, hidden])],
+                       [("w", w), ("r", r), ("b", b)])
+    feeds = {"x": rand(seq, batch, inp, seed=4)}
+    art = cc.compile(model, weight_dtype="int8", sample_inputs=feeds)
+    for name, ref in ort_run(model, feeds).items():
+        np.testing.assert_allclose(art.run(feeds)[name], ref, rtol=0, atol=0.03, err_msg=name)
+    layer, = art.meta["weight_precision"]["layers"]
+    assert layer["weights"] == w.size + r.size
