@@ -77,6 +77,7 @@ def artifact_files(graph, target, opt_level, steps, so_bytes, stats, tuning,
         "kernels": [{"name": s.kernel.name, "op": s.kernel.name.split("_", 1)[1], **info}
                     for s, info in zip([s for s in steps if s.kernel], analysis["kernels"])],
         "layers": analysis["layers"],
+        "sparse_layers": sparse_layers(graph),
         "runtime_errors": [s.message for s in steps if s.error],  # code k -> entry k-1
         "op_histogram": graph.op_histogram(),
         "tuning": tuning_summary(tuning),
@@ -85,6 +86,13 @@ def artifact_files(graph, target, opt_level, steps, so_bytes, stats, tuning,
     }
     files["meta.json"] = json.dumps(meta, indent=2).encode()
     return files
+
+
+def sparse_layers(graph) -> list[dict]:
+    """The weight matrices multiplied block-sparse (passes/sparse_weights.py): ONNX node,
+    weight, shape (outputs, inputs), block shape, density of nonzero blocks, estimated speedup."""
+    return [{"onnx_node": n.name, **n.attrs["sparsity"]} for n in graph.nodes
+            if n.op == "SparseGemm"]
 
 
 def tuning_summary(tuning: dict | None) -> dict:

@@ -37,6 +37,10 @@ def cmd_inspect(args) -> int:
         for io in info[kind]:
             print(f"{kind[:-1]:7s} {io['name']}: {io['dtype']} {io['shape']}")
     print("ops:", ", ".join(f"{op} x{n}" for op, n in info["ops"].items()))
+    for w in info["sparse_weights"]:
+        print(f"block-sparse at batch 1: {w['node']} {w['weight']} {w['shape'][0]}x"
+              f"{w['shape'][1]}, {w['block']} blocks, density {w['density']:.0%}, "
+              f"estimated {w['estimated_speedup']:.1f}x")
     if info["unsupported_ops"]:
         print("UNSUPPORTED:", ", ".join(f"{op} x{n}" for op, n in info["unsupported_ops"].items()))
     return 0

@@ -315,7 +315,8 @@ def results_summary(job: CompileJob, meta: dict, bench: dict | None) -> dict:
                "kernel_count": len(meta.get("kernels", [])),
                "threads": job.threads,
                # measured at compile time on the inputs the benchmark uses (seed 0)
-               "weight_precision": meta.get("weight_precision")}
+               "weight_precision": meta.get("weight_precision"),
+               "sparse_layers": meta.get("sparse_layers", [])}
     if bench is None:
         results["benchmark_note"] = no_benchmark_note(job, emulated=False)
     elif bench.get("emulated"):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.loops import Get, as_expr, logical_and, maximum, minimum, select
+from .elementwise import loop_kind
 from .epilogue import apply_activation
 from .matmul import SMALL_N, GemmShape, GemmTiles, Operand, Output, default_tiles, emit_gemm
 from .registry import lowering
@@ -51,11 +52,13 @@ def lower_conv_pad(node, kb, ins, outs):
     if math.prod(strides) > MAX_SPECIALISED_PHASES:
         _pad_all_phases(kb, x, xq, strides, pads, fill)
         return
-    for phase in itertools.product(*[range(s) for s in strides]):
-        lo, hi = _inside(x.shape[2:], phase, strides, pads, q_shape)
-        _fill_outside(kb, xq, phase, lo, hi, q_shape, fill)
-        if all(a < b for a, b in zip(lo, hi)):
-            _copy_phase(kb, x, xq, phase, strides, pads, lo, hi)
+    # one (image, channel) plane per iteration: a single parallel region for the whole pad
+    with kb.loops(xq.shape[:2], kind=loop_kind(xq.size)) as (n, c):
+        for phase in itertools.product(*[range(s) for s in strides]):
+            lo, hi = _inside(x.shape[2:], phase, strides, pads, q_shape)
+            _fill_outside(kb, xq, n, c, phase, lo, hi, q_shape, fill)
+            if all(a < b for a, b in zip(lo, hi)):
+                _copy_phase(kb, x, xq, n, c, phase, strides, pads, lo, hi)
 
 
 def _pad_all_phases(kb, x, xq, strides, pads, fill):
@@ -82,10 +85,9 @@ def _inside(in_spatial, phase, strides, pads, q_shape):
     return lo, hi
 
 
-def _fill_outside(kb, xq, phase, lo, hi, q_shape, fill):
+def _fill_outside(kb, xq, n, c, phase, lo, hi, q_shape, fill):
     """Write `fill` everywhere in the phase plane but the box: for each dim d, the slabs
     before lo[d] and after hi[d] (dims before d limited to the box, dims after d whole)."""
-    N, C = xq.shape[:2]
     empty = any(a >= b for a, b in zip(lo, hi))
     slabs = [[(0, q) for q in q_shape]] if empty else []
     for d in range(len(q_shape) if not empty else 0):
@@ -94,18 +96,16 @@ def _fill_outside(kb, xq, phase, lo, hi, q_shape, fill):
                 whole = [(0, q) for q in q_shape[d + 1:]]
                 slabs.append([*zip(lo[:d], hi[:d]), (start, stop), *whole])
     for slab in slabs:
-        with kb.loops((N, C, *[b - a for a, b in slab])) as idx:
-            q = [i + a for i, (a, _) in zip(idx[2:], slab)]
-            kb.store(xq, (idx[0], idx[1], *[as_expr(ph) for ph in phase], *q), fill)
+        with kb.loops([b - a for a, b in slab]) as idx:
+            q = [i + a for i, (a, _) in zip(idx, slab)]
+            kb.store(xq, (n, c, *[as_expr(ph) for ph in phase], *q), fill)
 
 
-def _copy_phase(kb, x, xq, phase, strides, pads, lo, hi):
-    N, C = x.shape[:2]
-    with kb.loops((N, C)) as (n, c):
-        with kb.loops([b - a for a, b in zip(lo, hi)]) as rel:
-            q = [r + a for r, a in zip(rel, lo)]
-            src = tuple(qi * s + ph - p for qi, s, ph, p in zip(q, strides, phase, pads))
-            kb.store(xq, (n, c, *[as_expr(ph) for ph in phase], *q), x[(n, c, *src)])
+def _copy_phase(kb, x, xq, n, c, phase, strides, pads, lo, hi):
+    with kb.loops([b - a for a, b in zip(lo, hi)]) as rel:
+        q = [r + a for r, a in zip(rel, lo)]
+        src = tuple(qi * s + ph - p for qi, s, ph, p in zip(q, strides, phase, pads))
+        kb.store(xq, (n, c, *[as_expr(ph) for ph in phase], *q), x[(n, c, *src)])
 
 
 # ---------------------------------------------------------------- schedule

@@ -61,7 +61,10 @@ def default_gemm_schedule(node, spec) -> GemmSchedule:
     mr = min((spec.vector_registers - nr - 1) // nr, 6 if spec.vector_registers <= 16 else 8, M)
     kc = K if K <= 512 else math.ceil(K / math.ceil(K / 384))
     panels = -(-N // (nr * lanes))
-    mc = mr * max(1, min(-(-M // mr), 96 // mr))
+    # row items of equal height: threads take contiguous runs of items, so one tall item
+    # and one short one would leave a thread idle
+    tiles = max(1, M // mr)
+    mc = mr * -(-tiles // -(-tiles // max(1, 96 // mr)))
     nc = panels if -(-M // mc) >= 4 else max(1, panels // 4)
     return GemmSchedule(mr, nr, lanes, kc, mc, nc)
 

@@ -35,7 +35,7 @@ ROWS_SHARING_WEIGHTS = 2  # gate rows (time steps, batch entries) per pass over 
 
 # ---------------------------------------------------------------- activations
 
-def _activation(name: str, alpha, beta):
+def activation(name: str, alpha, beta):
     """Scalar function for one entry of the `activations` attribute."""
     if name == "affine":
         return lambda e: e * as_expr(alpha, e.dtype) + as_expr(beta, e.dtype)
@@ -249,7 +249,7 @@ def lower_lstm(node, kb, ins, outs):
     initial_h, initial_c, peep = ins[5], ins[6], ins[7]
     c, H = outs[2], cell.hidden
     for d, direction in enumerate(node.attrs["directions"]):
-        f, g, h = (_activation(*a) for a in node.attrs["activations"][d])
+        f, g, h = (activation(*a) for a in node.attrs["activations"][d])
         _init_state(cell, cell.h, initial_h, d)
         _init_state(cell, c, initial_c, d)
         cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0, 4 * H)))
@@ -299,7 +299,7 @@ def lower_gru(node, kb, ins, outs):
     cell = _make_cell(node, kb, ins, outs)
     H, lbr = cell.hidden, node.attrs["linear_before_reset"]
     for d, direction in enumerate(node.attrs["directions"]):
-        f, g = (_activation(*a) for a in node.attrs["activations"][d])
+        f, g = (activation(*a) for a in node.attrs["activations"][d])
         _init_state(cell, cell.h, ins[5], d)
         cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0,)))
 
@@ -356,7 +356,7 @@ def lower_rnn(node, kb, ins, outs):
     cell = _make_cell(node, kb, ins, outs)
     H = cell.hidden
     for d, direction in enumerate(node.attrs["directions"]):
-        (f,) = (_activation(*a) for a in node.attrs["activations"][d])
+        (f,) = (activation(*a) for a in node.attrs["activations"][d])
         _init_state(cell, cell.h, ins[5], d)
         cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0, H)))
 

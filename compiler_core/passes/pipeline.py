@@ -14,6 +14,7 @@ from .fold_batchnorm import fold_batchnorm
 from .fuse_activation import fuse_activation
 from .fuse_elementwise import fuse_elementwise
 from .pack_weights import pack_weights
+from .sparse_weights import use_sparse_weights_for
 from .weight_precision import store_weights_as
 
 Pass = Callable[[Graph], Graph]
@@ -23,8 +24,8 @@ Pass = Callable[[Graph], Graph]
 PIPELINES: dict[str, list] = {
     "O0": [finalize_outputs, eliminate_dead_code, assign_schedules_for],
     "O1": [eliminate_dead_code, fold_batchnorm, use_packed_gemm, fuse_activation,
-           eliminate_common_subexpressions, finalize_outputs, eliminate_dead_code,
-           assign_schedules_for, pack_weights],
+           eliminate_common_subexpressions, use_sparse_weights_for, finalize_outputs,
+           eliminate_dead_code, assign_schedules_for, pack_weights],
 }
 PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise]
 PIPELINES["O3"] = PIPELINES["O2"]

@@ -125,6 +125,17 @@ class WeightPrecision(Contract):
     accuracy: PrecisionAccuracy
 
 
+class SparseLayer(Contract):
+    """A weight matrix multiplied block-sparse: its zero blocks are never loaded."""
+
+    onnx_node: str
+    weight: str
+    shape: list[int] = Field(description="(outputs, inputs)")
+    block: str = Field(description="block shape, outputs x inputs, e.g. 1x8")
+    density: float = Field(description="fraction of blocks that hold a nonzero")
+    estimated_speedup: float = Field(description="the compiler's estimate against dense")
+
+
 class JobResults(Contract):
     """What a finished job measured; the benchmark fields are null when it ran none."""
 
@@ -149,6 +160,8 @@ class JobResults(Contract):
                                         description="mean time of each kernel")
     weight_precision: WeightPrecision | None = Field(
         None, description="null for float32 weights")
+    sparse_layers: list[SparseLayer] = Field(
+        default_factory=list, description="layers specialized to their block-sparse weights")
 
     @model_validator(mode="before")
     @classmethod

@@ -101,14 +101,6 @@ class JobRequest(BaseModel):
     @field_validator("tuning")
     @classmethod
     def _empty_tuning_is_none(cls, tuning: Tuning | None) -> Tuning | None:
-        if tuning and tuning.seconds:
-            from .tuning_records import tuning_seconds_cap  # reads Django settings
-            cap = tuning_seconds_cap()
-            if tuning.seconds > cap:
-                raise ValueError(
-                    f"a tuning budget of {tuning.seconds} s is more than this deployment's "
-                    f"jobs may tune: at most {cap:.0f} s (the compile time limit, "
-                    "TENSORFORGE_COMPILE_TIMEOUT, less time to compile)")
         return tuning if tuning and (tuning.trials or tuning.seconds) else None
 
     def job_fields(self) -> dict:
