@@ -134,9 +134,10 @@ def test_tuning_job_shares_its_records_with_the_next_job(api, worker):
         return CompileJob.objects.get(pk=job["id"])
 
     first = tuned_job()
-    assert TuningRecord.objects.filter(job=first).count() == 9
+    shared = TuningRecord.objects.filter(job=first).count()
+    assert 9 <= shared <= 15  # the budget, and the best timed again against the default
     assert first.tuning_progress["trials"] == 9 and len(first.tuning_progress["curve"]) >= 2
-    assert "9 new records shared" in first.log
+    assert f"{shared} new records shared" in first.log
     second = tuned_job()  # the same kernel: its records are reused, nothing is measured
     assert TuningRecord.objects.filter(job=second).count() == 0
     assert "0 new records shared" in second.log and second.tuning_progress is None
