@@ -53,8 +53,9 @@ cross-aarch64:
 		apt-get install -y -qq --no-install-recommends $(AARCH64_PACKAGES) >/dev/null) \
 		|| echo "warning: cannot install $(AARCH64_PACKAGES) (needs root); the aarch64 tests will be skipped"; }
 
-# the fault drill under the embedded stack (about 3 minutes): 4 jobs, the worker SIGKILLed
-# mid-job, the broker a minute later; every job must end succeeded
+# the fault drill under the embedded stack (about 5 minutes, so not part of `make test`):
+# 4 jobs; storage stopped then killed while the first uploads, the worker SIGKILLed mid-job,
+# the broker a minute later; every job must end succeeded
 test-faults: setup
 	$(PY) -m tests.drills.make_run
 
