@@ -79,12 +79,14 @@ test-public-models: setup
 conformance-report: setup
 	$(PY) -m tests.conformance --jobs 2
 
-# compiled vs ONNX Runtime and OpenVINO (optional, requirements-bench.txt) at 1 and 2 threads;
+# compiled vs ONNX Runtime and OpenVINO (optional, requirements-bench.txt) at 1 and 2 threads,
+# then the cost of one parallel region (bench/fork_join.py);
 # arguments through BENCH_ARGS, e.g. make bench BENCH_ARGS="--filter yolo --kernels"
 bench: setup
 	@$(PY) -m pip install --quiet -r requirements-bench.txt \
 		|| echo "warning: openvino could not be installed; comparing with ONNX Runtime only"
 	$(PY) -m bench.models $(BENCH_ARGS)
+	$(PY) -m bench.fork_join
 
 clean:
 	rm -rf $(VENV) .pytest_cache
