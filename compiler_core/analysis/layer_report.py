@@ -102,14 +102,12 @@ def changed(row: dict, scenario: str) -> tuple[float, float]:
 
 
 def time_scale(row: dict, scenario: str, now: dict, then: dict) -> float | None:
-    """T'/T for a node (module docstring); None when it has no weights to change."""
-    if row["weight_bytes"] <= 0:
-        return None if now is then else _scale(row, row["flops"], row["weight_bytes"], now, then)
-    flops, weights = changed(row, scenario)
-    return _scale(row, flops, weights, now, then)
-
-
-def _scale(row: dict, flops: float, weights: float, now: dict, then: dict) -> float:
+    """T'/T for a node (module docstring) at ceilings `then` instead of `now`; None for a
+    node without weights when the ceilings stay: nothing about it changes."""
+    has_weights = row["weight_bytes"] > 0
+    if not has_weights and now is then:
+        return None
+    flops, weights = changed(row, scenario) if has_weights else (row["flops"], 0.0)
     before = max(roofline_seconds(row["flops"], row["weight_bytes"], row["activation_bytes"], now))
     after = max(roofline_seconds(flops, weights, row["activation_bytes"], then))
     return after / before if before > 0 else 1.0
