@@ -80,7 +80,7 @@ def _report_model(name: str) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,top_op", [("wavernn", "gru"), ("squeezenet", "conv")])
+@pytest.mark.parametrize("name,top_op", [("wavernn", "gru"), ("squeezenet", "conv#")])
 def test_layer_report_of_a_real_job(live_server, worker, dana, page, tmp_path, name, top_op):
     """A sampling net and a CNN through the service; the job page's layer report is saved as
     test-output/layer-report-NAME.png (run under /work/bin/cpu-exclusive for real figures)."""
