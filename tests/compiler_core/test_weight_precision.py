@@ -1,5 +1,6 @@
 """Reduced-precision weights (weight_dtype float16 / int8): correctness within tolerance, the
 measured error in meta.json, refusals, and code that follows the target's features."""
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -112,10 +113,21 @@ def test_weights_are_widened_in_the_targets_registers(target, register, weight_d
     assert art.meta["weight_precision"]["accuracy"]["measured_on"] in (target, "native")
 
 
-def _disassembly(art) -> list[str]:
+@pytest.mark.parametrize("weight_dtype,instruction", [("float16", "fcvtl"), ("int8", "scvtf")])
+def test_arm_widens_with_neon(weight_dtype, instruction):
+    objdump = shutil.which("aarch64-linux-gnu-objdump")
+    if objdump is None:
+        pytest.skip("no aarch64 binutils here")
+    art = cc.compile(str(catalog.model_path("wavernn")), catalog.input_shapes("wavernn"),
+                     target="aarch64", weight_dtype=weight_dtype)
+    widening = [line for line in _disassembly(art, objdump) if instruction in line]
+    assert any(".4s" in line for line in widening), widening[:5]
+
+
+def _disassembly(art, objdump="objdump") -> list[str]:
     with tempfile.TemporaryDirectory() as d:
         art.save(d)
-        out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"{d}/model.so"],
+        out = subprocess.run([objdump, "-d", "--no-show-raw-insn", f"{d}/model.so"],
                              capture_output=True, text=True, check=True).stdout
     return out.splitlines()
 
