@@ -2,7 +2,7 @@
 several thread counts, measured in one run.
 
     python -m bench.models [--filter NAME[,NAME]] [--threads 1,2] [--seconds 6] [--json FILE]
-                           [--kernels] [--top 8]
+                           [--kernels] [--top 8] [--weight-dtype float32|float16|int8]
 
 Each model is compiled once; then every runner (ours, ONNX Runtime, OpenVINO, at every
 thread count: our artifact is loaded once per thread count, from its own copy, since the
@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import compiler_core as cc
+from compiler_core.passes.weight_precision import WEIGHT_DTYPES
 from compiler_core.runtime.benchmark import interleave, numerical_check, ort_outputs
 from compiler_core.runtime.loaded_model import load
 
@@ -35,10 +36,14 @@ from .suite import GROUPS, BenchModel, bench_models
 BLOCK_MS = 25.0  # each runner's turn in a round (compiler_core.runtime.benchmark.interleave)
 
 
-def measure(model: BenchModel, threads: list[int], seconds: float, kernels: bool) -> list[dict]:
+def measure(model: BenchModel, threads: list[int], seconds: float, kernels: bool,
+            weight_dtype: str = "float32") -> list[dict]:
+    """With reduced-precision weights, the error columns are against ONNX Runtime float32:
+    the weights' error (meta.json's weight_precision says the same against our float32)."""
     path, feeds = model.locate(), model.make_feeds()
     t0 = time.perf_counter()
-    artifact = cc.compile(path, input_shapes=model.input_shapes or None)
+    artifact = cc.compile(path, input_shapes=model.input_shapes or None,
+                          weight_dtype=weight_dtype, sample_inputs=feeds)
     compile_s = time.perf_counter() - t0
     reference = ort_outputs(path, feeds)
     with tempfile.TemporaryDirectory(prefix="tf-bench-") as tmp:
@@ -52,6 +57,8 @@ def measure(model: BenchModel, threads: list[int], seconds: float, kernels: bool
                              block_ms=BLOCK_MS, settle=True)
         medians = {key: float(np.median(v)) for key, v in samples.items()}
         rows = [_row(model, t, medians, compile_s) for t in threads]
+        if weight_dtype != "float32":  # the name says which weights were timed
+            rows = [{**row, "model": f"{model.name}[{weight_dtype}]"} for row in rows]
         for row, t in zip(rows, threads):
             row.update(numerical_check(ours[t].outputs_of(calls[t]), reference))
             if kernels:
@@ -79,6 +86,8 @@ def parse_args(argv):
     ap.add_argument("--json", help="also write every figure to this file")
     ap.add_argument("--kernels", action="store_true", help="add each model's top kernels")
     ap.add_argument("--top", type=int, default=8, help="kernels listed per model")
+    ap.add_argument("--weight-dtype", default="float32", choices=WEIGHT_DTYPES,
+                    help="compile with weights stored at this precision")
     args = ap.parse_args(argv)
     try:
         args.threads = sorted({int(t) for t in args.threads.split(",")})
@@ -99,7 +108,7 @@ def main(argv=None) -> int:
     rows = []
     for model in bench_models(args.filter):
         try:
-            new = measure(model, args.threads, args.seconds, args.kernels)
+            new = measure(model, args.threads, args.seconds, args.kernels, args.weight_dtype)
         except Exception as exc:  # noqa: BLE001  one failure must not hide the rest
             print(f"{model.name:24s} FAILED: {str(exc).splitlines()[0][:100]}", flush=True)
             continue

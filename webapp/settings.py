@@ -7,6 +7,7 @@ stack wrote to var/devstack.json (webapp/env.py), so `manage.py` works in a seco
 """
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from .env import (database_from_url, env_bool, env_float, env_int, env_list, env_str,
@@ -52,6 +53,7 @@ INSTALLED_APPS = [
     "webapp.jobs",
     "webapp.api",
     "webapp.console",
+    "axes",  # throttles failed sign-ins (console and admin); see "fair use" below
 ]
 
 MIDDLEWARE = [
@@ -64,6 +66,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "webapp.api.middleware.JsonErrorsForApiMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes requires
 ]
 
 ROOT_URLCONF = "webapp.urls"
@@ -86,6 +89,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# django-axes checks lockouts before any password is compared
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend",
+                           "django.contrib.auth.backends.ModelBackend"]
 LOGIN_URL = "console:login"
 LOGIN_REDIRECT_URL = "console:models"
 LOGOUT_REDIRECT_URL = "console:login"
@@ -165,3 +171,26 @@ S3_RETRY_BACKOFF = env_float("S3_RETRY_BACKOFF", 0.5)
 S3_CONNECT_TIMEOUT = env_float("S3_CONNECT_TIMEOUT", 5.0)
 
 API_PAGE_SIZE = env_int("API_PAGE_SIZE", 20)
+
+# --- cache: Redis, the broker's server, so counters are shared by every web process
+CACHES = {"default": {
+    "BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+    "KEY_PREFIX": CELERY_QUEUE,  # deployments (and parallel test runs) never share counters
+    "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+}}
+
+# --- fair use, per user (webapp/jobs/quotas.py); 0 turns a limit off. Refusals are 403
+# (quota) or 429 (rate) with a message naming the limit and the variable that sets it.
+MAX_ACTIVE_JOBS = env_int("TENSORFORGE_MAX_ACTIVE_JOBS", 8)             # queued + running
+MAX_STORED_BYTES = env_int("TENSORFORGE_MAX_STORED_BYTES", 20 * 2**30)  # models + artifacts
+UPLOADS_PER_MINUTE = env_int("TENSORFORGE_UPLOADS_PER_MINUTE", 20)
+# sign-ins: after this many failures for one username from one address, that pair is
+# locked out for the cool-off (django-axes, counted in the database)
+LOGIN_FAILURE_LIMIT = env_int("TENSORFORGE_LOGIN_FAILURE_LIMIT", 5)
+LOGIN_COOLOFF_MINUTES = env_int("TENSORFORGE_LOGIN_COOLOFF_MINUTES", 15)
+AXES_ENABLED = LOGIN_FAILURE_LIMIT > 0
+AXES_FAILURE_LIMIT = max(LOGIN_FAILURE_LIMIT, 1)
+AXES_COOLOFF_TIME = timedelta(minutes=LOGIN_COOLOFF_MINUTES)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]  # one attacker cannot lock you out
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "webapp.console.views.locked_out"

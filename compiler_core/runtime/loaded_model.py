@@ -87,6 +87,7 @@ class LoadedModel:
             if rc != 0:
                 raise model_error(meta, rc)
         call.buffers = (arrays, outs)  # the buffers must live as long as the call
+        call.model = self  # and so must the library and the arena it frees when collected
         return call
 
 

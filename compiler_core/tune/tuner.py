@@ -4,11 +4,16 @@ known schedule.
 Nodes that share a workload (tune/workload.py) are tuned once. A workload with a successful
 record for the target is reused as it is (a kernel is tuned once per target); the others
 share the budget by their share of the model's time: the next batch always goes to the
-workload with the most estimated time per trial spent on it (the estimate is the cost
-model's until the default schedule has been timed, then the measured time times the number
-of calls). A workload stops early when PATIENCE candidates in a row improved on its best by
-less than 1%, or when its space is exhausted. Every measurement goes to the records store as
-it arrives.
+workload with the most estimated time per trial spent on it (node_cost's guess, calibrated
+against the kernels timed so far, until the default schedule has been timed; then the
+measured time times the number of calls). A workload stops early when PATIENCE candidates in
+a row improved on its best by less than 1%, or when its space is exhausted. Every
+measurement goes to the records store as it arrives.
+
+Then each tuned workload's best is timed again against the default in one child (the best of
+many noisy timings is flattered by the noise): a schedule's time is its latest measurement,
+so these head-to-heads decide, in this compile and whenever the records are reused. They
+count as trials, on top of a trials budget; a seconds budget keeps CONFIRM_SHARE for them.
 """
 from __future__ import annotations
 
@@ -31,6 +36,8 @@ BATCH = 8          # candidates per child process (plus the reference)
 PATIENCE = 24      # candidates without a 1% gain before a workload stops
 PEAK_FLOPS = 50e9  # one core, for the a-priori estimate of a kernel's time
 PEAK_BYTES = 20e9
+CONFIRM_ROUNDS = 3    # head-to-head re-timings of the best against the default, at most
+CONFIRM_SHARE = 0.1   # of a seconds budget
 
 
 @dataclass
@@ -114,6 +121,8 @@ class Tuner:
         started = time.monotonic()
         if self.measure:
             self._spend(started)
+            for w in self.workloads:
+                self._confirm(w)
         self.seconds = time.monotonic() - started
         for w in self.workloads:
             self._apply(w)
@@ -122,9 +131,11 @@ class Tuner:
     # ---------------------------------------------------------------- records
 
     def _load_records(self, w: Workload) -> None:
-        for r in self.store.find(w.key, self.target):
+        """A schedule's time is its latest measurement (a confirmation's, when there was
+        one); a schedule that ever failed stays failed."""
+        for r in sorted(self.store.find(w.key, self.target), key=lambda r: r.get("at") or 0):
             s = schedule_from_fields(r["schedule"], w.space)
-            if s is not None and s not in w.tried:
+            if s is not None and (s not in w.tried or w.tried[s].ok):
                 w.tried[s] = Measurement(s, r["seconds"], r["error"])
         if w.best is not None:
             w.source, w.done = "records", True
@@ -143,7 +154,8 @@ class Tuner:
     def _out_of_budget(self, started: float) -> bool:
         r = self.request
         return bool((r.trials is not None and self.trials >= r.trials)
-                    or (r.seconds is not None and time.monotonic() - started >= r.seconds))
+                    or (r.seconds is not None
+                        and time.monotonic() - started >= r.seconds * (1 - CONFIRM_SHARE)))
 
     def _pick(self) -> Workload | None:
         live = [w for w in self.workloads if not w.done]
@@ -190,6 +202,21 @@ class Tuner:
         gained = before is not None and w.best.seconds < 0.99 * before
         w.since_gain = 0 if gained or before is None else w.since_gain + count
         w.done = w.since_gain >= PATIENCE or len(w.tried) >= len(w.space)
+
+    def _confirm(self, w: Workload) -> None:
+        """The best candidate against the default once more, in one child: the fastest of
+        many noisy timings is flattered by the noise (the winner's curse), so the choice
+        rests on this head-to-head, which also becomes both schedules' latest record."""
+        confirmed: set = set()
+        for _ in range(CONFIRM_ROUNDS):  # the next best may now lead on a lucky timing
+            best = w.best
+            if w.source != "tuned" or best is None or best.schedule in confirmed | {w.space[0]}:
+                return
+            task = BuildTask(w.nodes[0], [w.space[0], best.schedule], self.spec,
+                             self.opt_level, w.checked, self.request.threads, self.weight_dtype)
+            for m in self.run_batch(task):
+                self._record(w, m)
+            confirmed.add(best.schedule)
 
     # ---------------------------------------------------------------- results
 

@@ -49,3 +49,13 @@ def test_vector_isa_names():
     assert vector_isa("+avx,+avx2,+fma") == "AVX2"
     assert vector_isa("+avx2,+avx512f") == "AVX-512"
     assert vector_isa("-avx2,-avx512f") == "SSE"
+
+
+def test_bench_with_reduced_weights_names_them(tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["--filter", "wavernn_sparse", "--threads", "1", "--seconds", "0.2",
+                 "--weight-dtype", "float16", "--json", str(out)]) == 0
+    [row] = json.loads(out.read_text())["rows"]
+    assert row["model"] == "wavernn_sparse80[float16]" and 0 < row["max_abs_err"] < 1e-2
+    with pytest.raises(SystemExit):
+        parse_args(["--weight-dtype", "bfloat16"])

@@ -78,3 +78,18 @@ def test_row_parallel_kernels_match_onnxruntime_at_two_threads(kernel, tmp_path)
     expected = ort_run(model, feeds)["out"]
     np.testing.assert_allclose(two, expected, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(one, two)
+
+
+def test_a_bound_call_keeps_its_model_alive(artifact):
+    """The benchmark path: the call alone must keep the library and the arena alive."""
+    import gc
+    import weakref
+    model = cc.load(artifact, threads=2)
+    call = model.bind_feeds({"x": rand(4, 64, 513), "y": rand(513, seed=1)})
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is not None
+    call()
+    x, y = call.buffers[0]
+    np.testing.assert_allclose(call.buffers[1][0], np.tanh(x * y), rtol=1e-6, atol=1e-6)

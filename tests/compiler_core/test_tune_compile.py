@@ -36,10 +36,12 @@ def tuned(tmp_path_factory):
 def test_meta_reports_the_tuning(tuned):
     art, records = tuned
     t = art.meta["tuning"]
-    assert t["enabled"] and t["trials"] == 12 and t["tuned_kernels"] == 1 and t["reused"] == 0
+    # 12, and up to 3 head-to-heads of the best against the default
+    assert t["enabled"] and 12 <= t["trials"] <= 18 and t["trials"] % 2 == 0
+    assert t["tuned_kernels"] == 1 and t["reused"] == 0
     (k,) = t["kernels"]
     assert k["op"] == "PackedGemm" and k["default_ms"] > 0 and k["chosen_ms"] <= k["default_ms"]
-    assert len(records.read_text().splitlines()) == 12
+    assert len(records.read_text().splitlines()) == t["trials"]
     a = rand(24, 96)
     untuned = cc.compile(dense_model()).run({"a": a})["y"]
     np.testing.assert_allclose(art.run({"a": a})["y"], untuned, rtol=1e-4, atol=1e-4)
@@ -102,6 +104,7 @@ def test_cli_compile_tunes_and_reports(tmp_path):
     out = cli("compile", model, "-o", tmp_path / "art", "--tune-trials", 9,
               "--records", tmp_path / "r.jsonl")
     assert out.returncode == 0, out.stderr
-    assert "tuning: 9 trials" in out.stdout and "1 kernels tuned" in out.stdout
+    assert "1 kernels tuned" in out.stdout
     meta = json.loads((tmp_path / "art" / "meta.json").read_text())
-    assert meta["tuning"]["trials"] == 9
+    assert 9 <= meta["tuning"]["trials"] <= 15
+    assert f"tuning: {meta['tuning']['trials']} trials" in out.stdout

@@ -140,3 +140,24 @@ def test_cli_weight_dtype_reports_the_error_and_refuses_unknown_ones(tmp_path):
     assert '"max_rel_err"' in meta and '"inputs": "given"' in meta
     r = cli("compile", "m.onnx", "-o", "out2", "--weight-dtype", "int4", cwd=tmp_path)
     assert r.returncode == 2 and "invalid choice: 'int4'" in r.stderr
+
+
+@pytest.mark.parametrize("op,gates", [("GRU", 3), ("LSTM", 4)])
+def test_int8_bidirectional_recurrent_with_partial_sweeps(op, gates):
+    """Input 7 and hidden 5: sweeps of four rows and the rows left over, both directions."""
+    seq, batch, inp, hidden = 3, 2, 7, 5
+    w = rand(2, gates * hidden, inp, seed=1)
+    r = rand(2, gates * hidden, hidden, seed=2)
+    b = rand(2, 2 * gates * hidden, seed=3)
+    node = helper.make_node(op, ["x", "w", "r", "b"], ["y", "y_h"], hidden_size=hidden,
+                            direction="bidirectional")
+    model = make_model([node], [("x", np.float32, [seq, batch, inp])],
+                       [("y", np.float32, [seq, 2, batch, hidden]),
+                        ("y_h", np.float32, [2, batch, hidden])],
+                       [("w", w), ("r", r), ("b", b)])
+    feeds = {"x": rand(seq, batch, inp, seed=4)}
+    art = cc.compile(model, weight_dtype="int8", sample_inputs=feeds)
+    for name, ref in ort_run(model, feeds).items():
+        np.testing.assert_allclose(art.run(feeds)[name], ref, rtol=0, atol=0.03, err_msg=name)
+    layer, = art.meta["weight_precision"]["layers"]
+    assert layer["weights"] == w.size + r.size

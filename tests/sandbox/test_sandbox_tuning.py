@@ -21,6 +21,6 @@ def test_compile_child_tunes_through_its_helper(tmp_path):
     events = []
     result = run_child(ChildSpec("compile", args, tmp_path, 300), on_event=events.append)
     tuning = result["meta"]["tuning"]
-    assert tuning["trials"] == 9 and tuning["failures"] == 0
-    assert len(records.read_text().splitlines()) == 9
+    assert 9 <= tuning["trials"] <= 15 and tuning["failures"] == 0  # + head-to-heads
+    assert len(records.read_text().splitlines()) == tuning["trials"]
     assert [e["tuning"]["trials"] for e in events if e.get("stage") == "tune" and "tuning" in e]

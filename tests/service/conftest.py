@@ -109,10 +109,12 @@ def database():
 def clean_tables(database):
     """Committed data (the worker is another process), removed after each test."""
     yield
+    from axes.models import AccessAttempt
     from django.contrib.auth import get_user_model
 
     from webapp.jobs.models import CompileJob, TuningRecord, UploadedModel
     TuningRecord.objects.all().delete()  # shared by every job: outlives them in a deployment
+    AccessAttempt.objects.all().delete()
     CompileJob.objects.all().delete()
     UploadedModel.objects.all().delete()
     get_user_model().objects.all().delete()

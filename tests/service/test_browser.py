@@ -56,7 +56,7 @@ def test_sign_in_upload_compile_watch_and_download(live_server, worker, dana, pa
     page.wait_for_selector("#job-state:text('succeeded')", timeout=180_000)
     page.wait_for_selector("#latency-chart")
     assert "×" in page.inner_text("#speedup")
-    assert page.is_visible("text=Per-kernel time")
+    assert page.is_visible("#layer-report .layer-row")
     OUTPUT.mkdir(exist_ok=True)
     page.screenshot(path=str(OUTPUT / "job-page.png"), full_page=True)
 

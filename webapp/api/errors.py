@@ -15,7 +15,7 @@ from django.http.multipartparser import MultiPartParserError
 from django.http import Http404
 from ninja.errors import HttpError, ValidationError
 
-from webapp.jobs.errors import NotFound, RequestError, TooLarge, Unauthenticated
+from webapp.jobs.errors import NotFound, RateLimited, RequestError, TooLarge, Unauthenticated
 from webapp.jobs.validation import describe_errors
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,10 @@ INTERNAL = ("internal server error; the administrators can find the details in t
 
 
 def refusal(api, request, exc: RequestError):
-    return api.create_response(request, {"error": exc.message}, status=exc.status)
+    response = api.create_response(request, {"error": exc.message}, status=exc.status)
+    if isinstance(exc, RateLimited):
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 def _without_source(error: dict) -> dict:

@@ -21,8 +21,8 @@ from pydantic import Field
 
 from compiler_core.version import __version__
 from webapp.jobs import fleet, services, storage
-from webapp.jobs.errors import (Conflict, Forbidden, NotFound, RequestError, TooLarge,
-                                Unauthenticated, Unavailable)
+from webapp.jobs.errors import (Conflict, Forbidden, NotFound, QuotaExceeded, RateLimited,
+                                RequestError, TooLarge, Unauthenticated, Unavailable)
 from webapp.jobs.models import CompileJob, JobState, UploadedModel
 from webapp.jobs.validation import JobRequest, owned_model
 
@@ -52,7 +52,11 @@ def operation(method: str, path: str, answers: dict, *refusals, **kwargs):
     """Register a view; the schema lists `answers` (status -> schema) and each refusal's
     status with its meaning."""
     responses = {**answers, **{r.status: Error for r in refusals}}
-    described = {r.status: {"description": r.description} for r in refusals}
+    described: dict[int, dict] = {}
+    for r in refusals:  # refusals that share a status share its description
+        seen = described.setdefault(r.status, {"description": r.description})
+        if r.description not in seen["description"]:
+            seen["description"] += "; or " + r.description
     return api.api_operation([method], path, response=responses,
                              openapi_extra={"responses": described}, **kwargs)
 
@@ -82,7 +86,8 @@ def list_models(request, params: Query[PageParams]):
 
 
 @decorate_view(refuse_large_bodies)
-@operation("POST", "/models", {201: Model}, *WRITE, TooLarge, summary="Upload an ONNX model")
+@operation("POST", "/models", {201: Model}, *WRITE, TooLarge, QuotaExceeded, RateLimited,
+           Unavailable, summary="Upload an ONNX model")
 def upload_model(request, file: File[UploadedFile], name: Form[str] = ""):
     return Status(201, services.ingest_upload(request.auth, file, name))
 
@@ -112,7 +117,7 @@ def list_jobs(request, params: Query[JobFilters]):
     return paginate(request, jobs.prefetch_related("artifacts"), params)
 
 
-@operation("POST", "/jobs", {201: Job}, *WRITE, NotFound, Unavailable,
+@operation("POST", "/jobs", {201: Job}, *WRITE, NotFound, QuotaExceeded, Unavailable,
            summary="Submit a compile job")
 def submit_job(request, body: JobRequest):
     return Status(201, services.submit_job(request.auth, body))

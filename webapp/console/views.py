@@ -38,22 +38,22 @@ def models_list(request):
 @login_required
 def model_detail(request, model_id):
     model = _owned(owned_model, request.user, model_id)
-    form_values, error = {}, None
+    form_values, error, status = {}, None, 200
     if request.method == "POST":
         form_values = request.POST
         try:
             req = parse_job_request(forms.request_from_post(model, request.POST))
             job = services.submit_job(request.user, req)
             return redirect("console:job", job_id=job.id)
-        except RequestError as exc:
-            error = exc.message
+        except RequestError as exc:  # the API's message and status, quotas included
+            error, status = exc.message, exc.status
     ops = sorted(model.ops.items(), key=lambda kv: (-kv[1], kv[0]))
     return render(request, "console/model_detail.html", {
         "model": model, "ops": ops, "unsupported": set(model.unsupported_ops),
         "symbolic": forms.symbolic_fields(model), "targets": forms.target_choices(),
         "opt_levels": forms.OPT_LEVELS, "weight_dtypes": forms.WEIGHT_DTYPES,
         "values": form_values, "error": error,
-        "jobs": model.jobs.all()[:50], "nav": "models"}, status=400 if error else 200)
+        "jobs": model.jobs.all()[:50], "nav": "models"}, status=status)
 
 
 def _jobs_context(request):
@@ -84,18 +84,10 @@ def _job_context(request, job_id):
     return {"job": job, "stages": stages, "chart": charts.job_chart(job),
             "tuning": job.tuning_progress, "tuning_chart": charts.tuning_curve(job.tuning_progress),
             "artifacts": job.artifacts.all(), "log_tail": "\n".join(job.log.splitlines()[-30:]),
-            "kernels": _kernels(job), "runtimes": RUNTIMES, "nav": "jobs"}
+            "layers": charts.layer_bars(job), "runtimes": RUNTIMES, "nav": "jobs"}
 
 
 RUNTIMES = [("compiled", "Tensorforge"), ("onnxruntime", "ONNX Runtime")]
-
-
-def _kernels(job) -> list[dict]:
-    kernels = [dict(k) for k in (job.results or {}).get("kernels", [])]
-    total = sum(k.get("mean_ms") or 0 for k in kernels)
-    for k in kernels:
-        k["share"] = (k.get("mean_ms") or 0) / total if total else None
-    return kernels
 
 
 def _stage_status(job, stage: str) -> str:
@@ -169,3 +161,14 @@ def api_docs(request):
     return render(request, "console/api_docs.html", {
         "operations": operations, "schemas": spec["components"]["schemas"], "nav": "docs",
         "base": request.build_absolute_uri("/").rstrip("/")})
+
+
+def locked_out(request, original_response=None, credentials=None):
+    """django-axes' answer to a locked-out sign-in (console or admin): the sign-in page with
+    the limit that was hit, status 429."""
+    message = (f"Too many failed sign-ins: {settings.LOGIN_FAILURE_LIMIT} for this username "
+               f"from this address (TENSORFORGE_LOGIN_FAILURE_LIMIT). Try again in "
+               f"{settings.LOGIN_COOLOFF_MINUTES} minutes (TENSORFORGE_LOGIN_COOLOFF_MINUTES).")
+    return render(request, "console/login.html", {"locked_out": message,
+                                                  "next": request.POST.get("next", "")},
+                  status=429)

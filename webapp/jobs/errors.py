@@ -29,6 +29,13 @@ class Forbidden(RequestError):
     description = "refused: a browser session without its CSRF token"
 
 
+class QuotaExceeded(Forbidden):
+    """A per-user quota (active jobs, stored bytes, tuning budget); the message names it and
+    its value."""
+
+    description = "over a per-user quota (active jobs, stored bytes or the tuning budget)"
+
+
 class NotFound(RequestError):
     status = 404
     description = "not found (also for other users' objects, so ids leak nothing)"
@@ -45,6 +52,16 @@ class Conflict(RequestError):
 class TooLarge(RequestError):
     status = 413
     description = "the upload or request body is over the limit"
+
+
+class RateLimited(RequestError):
+    status = 429
+    description = ("too many requests of this kind: the message names the limit, the "
+                   "Retry-After header says when to try again")
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class Unavailable(RequestError):

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from webapp import celery
 
-from . import fleet, storage
+from . import fleet, quotas, storage
 from .errors import Conflict, NotFound, RequestError, TooLarge, Unavailable
 from .inspection import inspect_upload, workdir
 from .models import Artifact, CompileJob, JobState, UploadedModel
@@ -54,9 +54,11 @@ def ingest_upload(user, upload, name: str = "") -> UploadedModel:
     store the model as one self-contained .onnx file, record what it contains."""
     if upload is None:
         raise RequestError("no file: send the model as multipart/form-data field 'file'")
+    quotas.take_upload(user)
     check_upload_size(upload.size)
     if upload.size == 0:
         raise RequestError("the uploaded file is empty")
+    quotas.check_storage(user, upload.size)  # early: inspection is the expensive part
     work = workdir()
     try:
         path = work / "upload"
@@ -66,17 +68,31 @@ def ingest_upload(user, upload, name: str = "") -> UploadedModel:
                               name=_display_name(name, upload.name))
         model.storage_key = storage.model_key(model)
         _fill_from_inspection(model, inspected.info)
-        stored = inspected.model_path
+        _record_within_quota(model)
+        _store(model, inspected.model_path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return model
+
+
+def _record_within_quota(model: UploadedModel) -> None:
+    # The row is written before the object so that it reserves its bytes under the lock:
+    # two concurrent uploads of one user cannot both fit the last free bytes.
+    with transaction.atomic():
+        quotas.per_user_lock(model.owner)
+        quotas.check_storage(model.owner, model.size)
+        model.save()
+
+
+def _store(model: UploadedModel, stored: Path) -> None:
+    try:
         storage.put_file(model.storage_key, stored, storage.sha256_file(stored),
                          "application/octet-stream")
     except storage.StorageError as exc:
         log.error("upload not stored: %s", exc)
+        model.delete()
         raise Unavailable("object storage is unreachable; upload the model again in a "
                           "moment") from None
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    model.save()
-    return model
 
 
 def _fill_from_inspection(model: UploadedModel, info: dict) -> None:
@@ -92,10 +108,15 @@ def _fill_from_inspection(model: UploadedModel, info: dict) -> None:
 
 
 def submit_job(user, req: JobRequest) -> CompileJob:
+    quotas.check_tuning(req.tuning)
     model, shapes = resolve(user, req)
-    job = CompileJob.objects.create(owner=user, model=model, input_shapes=shapes,
-                                    **req.job_fields())
-    transaction.on_commit(lambda: enqueue(job))
+    with transaction.atomic():
+        quotas.per_user_lock(user)
+        quotas.check_active_jobs(user)
+        quotas.check_storage(user)
+        job = CompileJob.objects.create(owner=user, model=model, input_shapes=shapes,
+                                        **req.job_fields())
+        transaction.on_commit(lambda: enqueue(job))
     return job
 
 

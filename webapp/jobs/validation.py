@@ -15,10 +15,11 @@ import uuid
 from typing import Annotated, Literal
 
 import pydantic
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from compiler_core.passes.weight_precision import WEIGHT_DTYPES
-from compiler_core.targets import all_targets
+from compiler_core.errors import CompileError
+from compiler_core.passes.weight_precision import WEIGHT_DTYPES, check_weight_dtype
+from compiler_core.targets import all_targets, get_target
 
 from .errors import NotFound, RequestError
 from .models import UploadedModel
@@ -91,6 +92,15 @@ class JobRequest(BaseModel):
                              f"{', '.join(WEIGHT_DTYPES)}")
         return weight_dtype
 
+    @model_validator(mode="after")
+    def _target_widens_the_weights(self):
+        """float16/int8 weights need conversions the target's CPU may lack (F16C, AVX2)."""
+        try:
+            check_weight_dtype(self.weight_dtype, get_target(self.target).spec)
+        except CompileError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
     @field_validator("input_shapes", mode="before")
     @classmethod
     def _parse_shapes(cls, raw):
@@ -101,14 +111,6 @@ class JobRequest(BaseModel):
     @field_validator("tuning")
     @classmethod
     def _empty_tuning_is_none(cls, tuning: Tuning | None) -> Tuning | None:
-        if tuning and tuning.seconds:
-            from .tuning_records import tuning_seconds_cap  # reads Django settings
-            cap = tuning_seconds_cap()
-            if tuning.seconds > cap:
-                raise ValueError(
-                    f"a tuning budget of {tuning.seconds} s is more than this deployment's "
-                    f"jobs may tune: at most {cap:.0f} s (the compile time limit, "
-                    "TENSORFORGE_COMPILE_TIMEOUT, less time to compile)")
         return tuning if tuning and (tuning.trials or tuning.seconds) else None
 
     def job_fields(self) -> dict:
