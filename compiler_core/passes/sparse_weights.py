@@ -69,8 +69,8 @@ def sparse_gemm_node(name, a, w_nk, bias, out, choice: SparseChoice, activation,
     packed = pack_block_sparse(w_nk, choice.block)
     prefix = f"{weight_name}_{choice.name}"
     inputs = [a, Value(f"{prefix}_values", packed.values.shape, np.float32, const=packed.values),
-              Value(f"{prefix}_cols", packed.cols.shape, np.int32, const=packed.cols),
-              Value(f"{prefix}_rows", packed.rows.shape, np.int32, const=packed.rows),
+              Value(f"{prefix}_cols", packed.cols.shape, packed.cols.dtype, const=packed.cols),
+              Value(f"{prefix}_rows", packed.rows.shape, packed.rows.dtype, const=packed.rows),
               None if bias is None else Value(f"{prefix}_bias", bias.shape, np.float32,
                                               const=np.ascontiguousarray(bias, np.float32))]
     sparsity = {"weight": weight_name, "shape": list(w_nk.shape), "block": choice.name,

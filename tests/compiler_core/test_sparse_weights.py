@@ -83,7 +83,7 @@ def test_packing_keeps_every_nonzero_once():
     packed = pack_block_sparse(w, (4, 1))
     assert packed.nnz_blocks == sum(rows * count for count, rows in packed.groups)
     assert np.count_nonzero(packed.values) == np.count_nonzero(w)
-    assert sorted(packed.rows) == list(range(12))
+    assert sorted(packed.rows) == list(range(12)) and packed.cols.dtype == np.uint8
 
 
 def recurrent_model(op, density, block=(1, 8), hidden=128, inputs=64, batch=1, lbr=1):
