@@ -100,12 +100,12 @@ def lower_sparse_gemm(node, kb, ins, outs):
 
 
 class _SparseGemm:
-    """ins: A (..., K), values, cols, rows, bias (N,) or None; attrs: block, groups,
-    activation."""
+    """ins: A (..., K), values, cols, rows, bias (N,) or None, int8 scales (N,) or None;
+    attrs: block, groups, activation."""
 
     def __init__(self, node, kb, ins, outs):
         self.kb = kb
-        self.a, self.values, self.cols, self.rows, self.bias = ins[:5]
+        self.a, self.values, self.cols, self.rows, self.bias, self.scale = (ins + [None])[:6]
         self.y = outs[0]
         self.bh, self.bw = node.attrs["block"]
         self.groups = node.attrs["groups"]
@@ -145,7 +145,8 @@ class _SparseGemm:
 
     def _product(self, m, b):
         """W block b times its slice of A[m]: a vector of bh * bw products."""
-        w = self.values.vec(b * self.lanes, self.lanes)
+        # float16 / int8 values (passes/weight_precision.py) are widened in registers
+        w = cast(self.values.vec(b * self.lanes, self.lanes), np.float32)
         col = m * self.K + cast(self.cols.flat(b), INDEX) * self.bw
         if self.bh == 1:
             return w * self.a.vec(col, self.bw)
@@ -158,6 +159,8 @@ class _SparseGemm:
         else:             # bh x 1: the lanes are bh consecutive outputs
             out = block_row * self.bh
             value = total
+        if self.scale is not None:  # int8 values: each output's scale, once
+            value = value * self.scale.vec(out, self.bh)
         if self.bias is not None:
             value = value + self.bias.vec(out, self.bh)
         self.kb.store_flat(self.y, m * self.N + out, apply_activation(self.act, value))
