@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | md5sum | cut -c1-12)
 
-.PHONY: run setup bwrap test-faults lint cross-aarch64 test test-service fuzz chromium test-slow test-conformance test-public-models conformance-report bench clean
+.PHONY: run setup bwrap test-faults test-load lint cross-aarch64 test test-service fuzz chromium test-slow test-conformance test-public-models conformance-report bench clean
 
 setup: $(STAMP) cross-aarch64 bwrap
 
@@ -53,10 +53,16 @@ cross-aarch64:
 		apt-get install -y -qq --no-install-recommends $(AARCH64_PACKAGES) >/dev/null) \
 		|| echo "warning: cannot install $(AARCH64_PACKAGES) (needs root); the aarch64 tests will be skipped"; }
 
-# the fault drill under the embedded stack (about 3 minutes): 4 jobs, the worker SIGKILLed
-# mid-job, the broker a minute later; every job must end succeeded
+# the fault drill under the embedded stack (about 5 minutes, so not part of `make test`):
+# 4 jobs; storage stopped then killed while the first uploads, the worker SIGKILLed mid-job,
+# the broker a minute later; every job must end succeeded
 test-faults: setup
 	$(PY) -m tests.drills.make_run
+
+# 50 API clients for 30 s against the embedded stack (about 2 minutes with its start):
+# polling job status and uploading models with real tokens; prints p95 and error counts
+test-load: setup
+	$(PY) -m tests.drills.api_load
 
 # the full-size CNNs and other long suites
 test-slow: setup

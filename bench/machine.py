@@ -1,50 +1,22 @@
 """What the figures were measured on, and the peak they are held against.
 
 The peak is measured, not looked up: numpy's BLAS (OpenBLAS) multiplying two 2048x2048
-float32 matrices on one thread, best of a few runs. It runs in a child process because
-OpenBLAS reads its thread count from the environment once, when it is loaded.
+float32 matrices on one thread, best of a few runs (compiler_core/analysis/machine_limits.py,
+which caches it per CPU in the cache directory).
 """
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
+from compiler_core.analysis.machine_limits import cpu_model_name, machine_limits
+from compiler_core.runtime.emulation import cache_dir
 from compiler_core.targets import get_target
 
-SGEMM_SCRIPT = """
-import json, sys, time
-import numpy as np
-n, repeats = int(sys.argv[1]), int(sys.argv[2])
-rng = np.random.default_rng(0)
-a, b = rng.random((n, n), np.float32), rng.random((n, n), np.float32)
-a @ b
-times = []
-for _ in range(repeats):
-    t0 = time.perf_counter()
-    a @ b
-    times.append(time.perf_counter() - t0)
-print(json.dumps(2 * n ** 3 / min(times) / 1e9))
-"""
 
-
-def sgemm_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
-    """Single-thread float32 GEMM throughput of numpy's BLAS on this machine, GFLOP/s."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", SGEMM_SCRIPT, str(n), str(repeats)], env=env,
-                         capture_output=True, text=True, check=True)
-    return float(json.loads(out.stdout))
-
-
-def cpu_model_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
+def sgemm_peak_gflops() -> float:
+    """Single-thread float32 GEMM throughput of numpy's BLAS on this machine, GFLOP/s (measured
+    once per machine and cached, with the bandwidths: compiler_core/analysis/machine_limits.py)."""
+    return machine_limits(cache_dir()).peak_gflops
 
 
 def vector_isa(features: str) -> str:

@@ -5,6 +5,7 @@ import argparse
 import json
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -124,6 +125,8 @@ def cmd_bench(args) -> int:
     feeds = load_feeds(args.inputs) if args.inputs else None
     result = compare(args.artifact, args.model, feeds, threads=args.threads, warmup=args.warmup,
                      min_runs=args.runs, max_seconds=args.seconds)
+    if args.layers and not result.get("emulated"):
+        result["layer_report"] = layers_of(args.artifact, result, args.remeasure)
     if args.json:
         for side in ("compiled", "onnxruntime"):
             (result[side] or {}).pop("samples_ms", None)
@@ -131,6 +134,9 @@ def cmd_bench(args) -> int:
         return 0
     if result.get("emulated"):
         return print_emulated(result)
+    if args.layers:
+        from .analysis.layer_report import format_layers
+        print(format_layers(result["layer_report"], args.top))
     for side in ("compiled", "onnxruntime"):
         s = result[side]
         print(f"{side:12s} median {s['median_ms']:9.3f} ms  p90 {s['p90_ms']:9.3f} ms  "
@@ -138,6 +144,17 @@ def cmd_bench(args) -> int:
     print(f"speedup {result['speedup']:.2f}x  max_abs_err {result['max_abs_err']:.3g}  "
           f"allclose {result['allclose']}")
     return 0
+
+
+def layers_of(artifact: str, result: dict, remeasure: bool = False) -> dict:
+    """The per-ONNX-node report of a `compare` result (the machine's limits are measured on
+    first use and cached in the cache directory)."""
+    from .analysis.layer_report import layer_report
+    from .analysis.machine_limits import machine_limits
+    from .runtime.artifact_dir import read_meta
+    from .runtime.emulation import cache_dir
+    limits = machine_limits(cache_dir(), remeasure)
+    return layer_report(read_meta(Path(artifact)), result["kernels"], limits, result["threads"])
 
 
 def print_emulated(result: dict) -> int:
@@ -191,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=10, help="minimum timed runs")
     p.add_argument("--seconds", type=float, default=5.0, help="keep timing up to this long")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--layers", action="store_true",
+                   help="time per ONNX node against the machine's limits, with what-ifs")
+    p.add_argument("--top", type=int, default=20, help="ONNX nodes listed with --layers")
+    p.add_argument("--remeasure", action="store_true",
+                   help="with --layers: measure the machine's peak and bandwidths again")
     p.set_defaults(fn=cmd_bench)
     return ap
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -100,6 +101,8 @@ def error_payload(exc: BaseException, limits: Limits) -> dict:
 def confined(kind: str, limits: Limits) -> LinkHelper | None:
     """Limits, user and parent-death signal; the link helper (if needed); then seccomp."""
     confine.set_rlimits(limits)
+    if limits.nice:
+        os.nice(limits.nice)
     confine.drop_root()
     confine.die_with_parent()
     helper = LinkHelper.start() if kind in NEEDS_LINKER else None

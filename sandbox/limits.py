@@ -17,6 +17,7 @@ class Limits:
     event_bytes: int = 64 * 1024   # one progress line on stdout
     events: int = 10_000           # progress lines in all
     allow_exec: bool = False       # only to run foreign-architecture code under qemu-user
+    nice: int = 0                  # CPU priority: upload inspection yields to web requests
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -21,6 +21,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from compiler_core.analysis.layer_report import layer_report
+from compiler_core.analysis.machine_limits import machine_limits
 from compiler_core.codegen.target_machine import host_spec
 from compiler_core.runtime.emulation import emulation_missing
 from compiler_core.targets import get_target
@@ -195,7 +197,7 @@ def execute(run: JobRun) -> None:
                  "the model download")
     out_dir = run.workdir / "artifact"
     meta = compile_stage(run, model_path, out_dir)
-    bench = benchmark_stage(run, model_path, out_dir)
+    bench = benchmark_stage(run, model_path, out_dir, meta)
     run.enter("package")
     files = package(out_dir, bench)
     run.enter("upload")
@@ -235,7 +237,7 @@ def tuning_request(run: JobRun, records: Path) -> dict:
     return {**job.tuning, "seconds": seconds, "records": str(records), "threads": job.threads}
 
 
-def benchmark_stage(run: JobRun, model_path: Path, out_dir: Path) -> dict | None:
+def benchmark_stage(run: JobRun, model_path: Path, out_dir: Path, meta: dict) -> dict | None:
     """Timings where the target runs natively; elsewhere a correctness check under emulation
     when this worker has the target architecture's emulator, else nothing."""
     run.enter("benchmark")
@@ -254,7 +256,20 @@ def benchmark_stage(run: JobRun, model_path: Path, out_dir: Path) -> dict | None
     run.log(f"benchmark: compiled {result['compiled']['median_ms']:.4f} ms, onnxruntime "
             f"{result['onnxruntime']['median_ms']:.4f} ms (median), speedup "
             f"{result['speedup']:.2f}x, allclose {result['allclose']}")
+    result["layer_report"] = layer_report_of(run, meta, result)
     return result
+
+
+def layer_report_of(run: JobRun, meta: dict, bench: dict) -> dict:
+    """Kernel times per ONNX node against this machine's limits, which are measured on the
+    first job (a few seconds of sgemm and sdot) and cached under var/."""
+    limits = machine_limits(settings.VAR_DIR)
+    report = layer_report(meta, bench["kernels"], limits, run.job.threads)
+    top = report["layers"][0] if report["layers"] else None
+    if top:
+        run.log(f"layers: {top['onnx_node']} takes {100 * top['share']:.0f}% "
+                f"({top['bound']}-bound, {top['roofline_pct'] or 0:.0f}% of its roofline)")
+    return report
 
 
 def can_emulate(target) -> bool:
@@ -342,7 +357,8 @@ def benchmark_summary(bench: dict) -> dict:
             **{runtime: {k: bench[runtime][k] for k in LatencyStats.model_fields}
                for runtime in ("compiled", "onnxruntime")},
             "kernels": [{k: kernel[k] for k in KernelTiming.model_fields}
-                        for kernel in bench.get("kernels", [])]}
+                        for kernel in bench.get("kernels", [])],
+            "layer_report": bench.get("layer_report")}
 
 
 def succeed(run: JobRun, meta: dict, bench: dict | None, artifacts: list[Artifact]) -> None:

@@ -1,6 +1,8 @@
-"""The issue-9 drill: under `make run` (webapp/devstack.py), submit 4 jobs, SIGKILL the Celery
-worker mid-job, SIGKILL the broker a minute later, and wait, with no help, until every job
-ends. Prints each job's end state and the recovery times; exit status 0 when all succeeded.
+"""The issue-9 drill: under `make run` (webapp/devstack.py), submit 4 jobs; take storage away
+while the first one uploads its package (SeaweedFS stopped, then SIGKILLed, so the devstack
+restarts it); SIGKILL the Celery worker mid-job, the broker a minute later; and wait, with no
+help, until every job ends. Prints each job's end state and the recovery times; exit status
+0 when all succeeded.
 
     .venv/bin/python -m tests.drills.make_run [--var DIR] [--timeout SECONDS]
 """
@@ -49,6 +51,11 @@ class Api:
     def states(self, ids: list[str]) -> dict[str, str]:
         return {i: self.call(f"/api/v1/jobs/{i}")["state"] for i in ids}
 
+    def stages(self, ids: list[str]) -> set[str]:
+        """The stages of the running jobs."""
+        jobs = [self.call(f"/api/v1/jobs/{i}") for i in ids]
+        return {j["stage"] for j in jobs if j["state"] == "running"}
+
 
 def child_named(stack: psutil.Process, word: str) -> psutil.Process:
     for p in stack.children():
@@ -85,6 +92,32 @@ def wait_for(check, what: str, timeout: float) -> None:
         time.sleep(1)
 
 
+def wait_for_stage(api: Api, ids: list[str], stages: set[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not api.stages(ids) & stages:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for a job in stage {sorted(stages)}")
+        time.sleep(0.2)
+
+
+def storage_outage(api: Api, stack: psutil.Process, ids: list[str], hold: float = 20) -> None:
+    """Stop storage while a job benchmarks, so that its upload meets the outage; once the job
+    is uploading, keep storage stopped `hold` s longer, then SIGKILL it: the devstack starts
+    it again. Stopped, it accepts connections and never answers (a hung server); killed, it
+    refuses them: the worker's storage calls meet both."""
+    wait_for_stage(api, ids, {"benchmark", "package", "upload"}, 600)
+    weed = child_named(stack, "weed")
+    say(f"SIGSTOP storage pid {weed.pid}; stages {sorted(api.stages(ids))}")
+    os.kill(weed.pid, signal.SIGSTOP)
+    try:
+        wait_for_stage(api, ids, {"upload"}, 300)
+        say(f"a job is uploading into the outage; storage stays stopped {hold:.0f} s more")
+        time.sleep(hold)
+    finally:
+        say(f"SIGKILL storage pid {weed.pid}; the devstack restarts it")
+        os.kill(weed.pid, signal.SIGKILL)
+
+
 def drill(var: Path, timeout: float) -> int:
     port = devstack.free_port()
     stack = start_stack(var, port)
@@ -95,6 +128,7 @@ def drill(var: Path, timeout: float) -> int:
         ids = [api.call("/api/v1/jobs", json.dumps({"model": model}).encode())["id"]
                for _ in range(4)]
         say(f"submitted 4 jobs: {ids}")
+        storage_outage(api, psutil.Process(stack.pid), ids)
         wait_for(lambda: "running" in api.states(ids).values(), "a running job", 300)
         time.sleep(3)  # mid-job: inside the compile or the benchmark
         worker = child_named(psutil.Process(stack.pid), "celery")
@@ -115,7 +149,7 @@ def drill(var: Path, timeout: float) -> int:
                 f"{job.get('error')!r}")
         return 0 if set(states.values()) == {"succeeded"} else 1
     finally:
-        stack.send_signal(signal.SIGINT)
+        stack.send_signal(signal.SIGTERM)  # SIGINT is ignored when started in the background
         stack.wait(60)
         restarts = [line for line in (var / "devstack.out").read_text().splitlines()
                     if "[devstack]" in line]

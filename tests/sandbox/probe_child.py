@@ -80,7 +80,11 @@ def sleep_forever(args: dict) -> None:
         time.sleep(1)
 
 
-ENTRIES = {"env": environment, "socket": open_socket, "exec": run_program, "write": write_files,
+def priority(args: dict) -> int:
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+ENTRIES = {"env": environment, "priority": priority, "socket": open_socket, "exec": run_program, "write": write_files,
            "read": read_file, "fork_bomb": fork_bomb, "fill_file": fill_file,
            "fill_directory": fill_directory, "sleep": sleep_forever}
 

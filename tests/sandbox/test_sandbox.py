@@ -67,6 +67,12 @@ def test_environment_holds_no_secret(mode, tmp_path, monkeypatch):
     assert not any(v in " ".join(env.values()) for v in SECRETS.values())
 
 
+def test_a_child_can_run_at_a_lower_priority(tmp_path):
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert probe(tmp_path / "work", "priority") == own
+    assert probe(tmp_path / "work2", "priority", nice=10) == min(own + 10, 19)
+
+
 def test_no_socket_can_be_opened(mode, tmp_path):
     assert probe(tmp_path / "work", "socket") == {"inet": "EPERM", "inet6": "EPERM",
                                                   "unix": "EPERM"}

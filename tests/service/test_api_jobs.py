@@ -22,6 +22,21 @@ def test_submit_creates_a_queued_job(api, uploaded, no_enqueue):
     assert body["weight_dtype"] == "float32"  # the default
 
 
+def test_weight_dtype_the_target_cannot_widen_is_400(api, uploaded, no_enqueue, monkeypatch):
+    from compiler_core.codegen.target_machine import MachineSpec
+    from compiler_core.targets import Target
+    from webapp.jobs import validation
+    old = Target("native", "an x86-64 CPU without F16C or AVX2",
+                 MachineSpec("x86_64-unknown-linux-gnu", "westmere", "+sse4.2,-f16c,-avx2"))
+    monkeypatch.setattr(validation, "get_target", lambda name: old)
+    resp = submit(api, uploaded["id"], input_shapes={"x": [1, 256]}, weight_dtype="float16")
+    assert resp.status_code == 400 and "needs F16C" in resp.json()["error"]
+    resp = submit(api, uploaded["id"], input_shapes={"x": [1, 256]}, weight_dtype="int8")
+    assert resp.status_code == 400 and "needs AVX2" in resp.json()["error"]
+    assert submit(api, uploaded["id"], input_shapes={"x": [1, 256]}).status_code == 201
+    assert len(no_enqueue) == 1
+
+
 def test_weight_dtype_is_stored_and_returned(api, uploaded, no_enqueue):
     resp = submit(api, uploaded["id"], input_shapes={"x": [1, 256]}, weight_dtype="float16")
     assert resp.status_code == 201 and resp.json()["weight_dtype"] == "float16"

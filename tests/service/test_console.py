@@ -4,6 +4,8 @@ import re
 import pytest
 from django.test import Client
 
+from compiler_core.analysis.layer_report import layer_report
+from compiler_core.analysis.machine_limits import MachineLimits
 from tests.service import onnx_models
 from webapp.accounts.models import ApiToken
 from webapp.jobs.models import Artifact, CompileJob
@@ -67,7 +69,7 @@ def test_unsupported_ops_are_highlighted(browser, api, s3):
     assert "cannot be compiled yet" in page and "TfIdfVectorizer" in page
 
 
-def test_job_page_shows_chart_speedup_kernels_and_live_fragment(browser, api, uploaded,
+def test_job_page_shows_chart_speedup_and_live_fragment(browser, api, uploaded,
                                                                no_enqueue):
     job_id = api.post_json("/api/v1/jobs", {"model": uploaded["id"],
                                             "input_shapes": {"x": [1, 256]}}).json()["id"]
@@ -78,11 +80,51 @@ def test_job_page_shows_chart_speedup_kernels_and_live_fragment(browser, api, up
     Artifact.objects.create(job_id=job_id, name="package.tar.gz", size=3, sha256="ab" * 32,
                             storage_key=f"jobs/{job_id}/package.tar.gz")
     page = browser.get(f"/jobs/{job_id}/").content.decode()
-    assert "<svg" in page and "2.00×" in page and "k0_Add" in page
+    assert "<svg" in page and "2.00×" in page and 'id="layer-report"' not in page
     assert f"/api/v1/jobs/{job_id}/artifacts/package.tar.gz" in page
     assert 'data-live="false"' in page
     compare = browser.get(f"/models/{uploaded['id']}/compare/?job={job_id}").content.decode()
     assert "<svg" in compare and "2.00×" in compare
+
+
+def layer_results():
+    """RESULTS with a layer report as the worker makes it: a GRU and a fused Gemm+Relu."""
+    limits = MachineLimits("znver3", "AMD EPYC", 100.0, {"L2": 80.0, "L3": 40.0, "memory": 20.0},
+                           {"L2": 512 * 1024, "L3": 32 * 2 ** 20})
+    def cost(flops, weights, acts):
+        return {"flops": flops, "bytes": weights + acts, "weight_bytes": weights,
+                "read_bytes": acts, "written_bytes": 0}
+    meta = {"kernels": [{"onnx_nodes": ["/gru"], **cost(1_400_000, 2_000_000, 3000)},
+                        {"onnx_nodes": ["/fc", "/relu"], **cost(200_000, 400_000, 2000)}],
+            "layers": [{"onnx_node": "/gru", **cost(1_400_000, 2_000_000, 3000)},
+                       {"onnx_node": "/fc", **cost(199_000, 400_000, 2000)},
+                       {"onnx_node": "/relu", **cost(1000, 0, 2000)}],
+            "stats": {"weights_bytes": 2_400_000, "arena_bytes": 8192}}
+    report = layer_report(meta, [{"mean_ms": 0.05}, {"mean_ms": 0.01}], limits)
+    return {**RESULTS, "layer_report": report, "target": "native", "threads": 1,
+            "stats": {"compile_seconds": 0.2, "arena_bytes": 8192, "weights_bytes": 2_400_000,
+                      "nodes": 3, "kernels": 2}}
+
+
+def test_job_page_shows_the_layer_report_sorted_with_what_ifs(browser, api, uploaded,
+                                                               no_enqueue):
+    job_id = api.post_json("/api/v1/jobs", {"model": uploaded["id"],
+                                            "input_shapes": {"x": [1, 256]}}).json()["id"]
+    results = layer_results()
+    CompileJob.objects.filter(pk=job_id).update(state="succeeded", stage="upload",
+                                                progress=1.0, results=results)
+    page = browser.get(f"/jobs/{job_id}/").content.decode()
+    report = page[page.index('id="layer-report"'):]
+    assert "Per-kernel time" not in page  # the layer report replaced the kernel table
+    assert re.findall(r'data-node="([^"]+)"', report) == ["/gru", "/fc", "/relu"]
+    widths = [float(w) for w in re.findall(r'<span style="width:([\d.]+)%', report)]
+    assert widths[0] == 100.0 and widths == sorted(widths, reverse=True)
+    gru = results["layer_report"]["layers"][0]
+    assert f"{gru['model_what_if']['int8']:.2f}×" in report  # what-ifs beside the bars
+    assert "80% sparse" in report and "Every layer at once" in report and "znver3" in report
+    assert "memory" in report and "L3" in report
+    api_report = api.get(f"/api/v1/jobs/{job_id}").json()["results"]["layer_report"]
+    assert api_report == results["layer_report"]
 
 
 def test_job_page_and_api_show_the_weight_precision_error(browser, api, uploaded, no_enqueue):

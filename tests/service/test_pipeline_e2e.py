@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 
 from django.utils import timezone
 
@@ -45,6 +46,10 @@ def test_upload_compile_benchmark_download_run(api, worker, tmp_path):
             assert results[runtime][key] > 0, (runtime, key)
         assert results[runtime]["runs"] >= 10
     assert results["speedup"] > 0 and results["allclose"] is True
+    report = results["layer_report"]
+    assert report["layers"] and report["peak_gflops"] > 0 and report["bandwidth_gbps"] > 0
+    assert sum(r["ms"] for r in report["layers"]) == pytest.approx(report["total_ms"])
+    assert report["total_ms"] == pytest.approx(sum(k["mean_ms"] for k in results["kernels"]))
     assert BenchmarkResult.objects.filter(job_id=job["id"]).count() == 2
     assert len(BenchmarkResult.objects.get(job_id=job["id"], runtime="compiled").samples_ms) >= 10
 

@@ -136,6 +136,56 @@ class SparseLayer(Contract):
     estimated_speedup: float = Field(description="the compiler's estimate against dense")
 
 
+class WhatIf(Contract):
+    """Estimated speedups (roofline model, compiler_core/analysis/layer_report.py); null for
+    a layer without weights."""
+
+    sparse80: float | None = Field(description="weights 80% zero in 1x8 blocks")
+    sparse90: float | None = Field(description="weights 90% zero in 1x8 blocks")
+    float16: float | None = Field(description="weights stored as float16")
+    int8: float | None = Field(description="weights stored as int8")
+
+
+class LayerTiming(Contract):
+    onnx_node: str
+    ms: float = Field(description="measured, from the kernels that compute it; a fused "
+                                  "kernel's time is split among its ONNX nodes by FLOP share")
+    share: float = Field(description="of the kernels' total time, 0..1")
+    flops: int
+    gflops: float | None
+    weight_bytes: int
+    activation_bytes: int = Field(description="activations read and written")
+    kernels: int = Field(description="kernel calls it took part in")
+    intensity: float | None = Field(description="FLOPs per byte moved")
+    bound: Literal["compute", "memory"] = Field(
+        description="which roofline limit is the lower for it")
+    roofline_pct: float | None = Field(description="the roofline time over the measured time")
+    what_if: WhatIf = Field(description="the layer's own speedup")
+    model_what_if: WhatIf = Field(description="the whole model's speedup")
+
+
+class AllLayersWhatIf(Contract):
+    speedup: float | None
+    bandwidth_level: Literal["L2", "L3", "memory"] = Field(
+        description="where the smaller weights and the arena would stream from")
+
+
+class LayerReport(Contract):
+    """Time per original ONNX node against the machine's compute and bandwidth limits."""
+
+    total_ms: float = Field(description="the kernels' total (tf_profile)")
+    threads: int
+    cpu: str
+    cpu_model: str
+    peak_gflops: float = Field(description="numpy sgemm, times the thread count")
+    bandwidth_gbps: float = Field(description="read bandwidth of the level the model fits in")
+    bandwidth_level: Literal["L2", "L3", "memory"]
+    footprint_bytes: int = Field(description="weights and arena")
+    layers: list[LayerTiming] = Field(description="slowest first")
+    all_layers: dict[Literal["sparse80", "sparse90", "float16", "int8"], AllLayersWhatIf] = \
+        Field(description="the model's speedup with every layer's weights changed")
+
+
 class JobResults(Contract):
     """What a finished job measured; the benchmark fields are null when it ran none."""
 
@@ -158,6 +208,8 @@ class JobResults(Contract):
         None, description="where the outputs were compared with ONNX Runtime")
     kernels: list[KernelTiming] = Field(default_factory=list,
                                         description="mean time of each kernel")
+    layer_report: LayerReport | None = Field(
+        None, description="per ONNX node; null without native timings")
     weight_precision: WeightPrecision | None = Field(
         None, description="null for float32 weights")
     sparse_layers: list[SparseLayer] = Field(

@@ -108,3 +108,25 @@ def tuning_curve(progress: dict | None) -> dict | None:
             "right": CURVE_W - CURVE_PAD, "bottom": CURVE_H - 40,
             "points": " ".join(xy(p) for p in points), "trials": most,
             "low": f"{low:.0%}", "share": last["estimate_ms"] / last["default_ms"]}
+
+
+TOP_LAYERS = 12
+WHAT_IFS = [("sparse80", "80% sparse"), ("sparse90", "90% sparse"), ("float16", "float16"),
+            ("int8", "int8")]
+
+
+def layer_bars(job) -> dict | None:
+    """The slowest ONNX nodes of a job's layer report, each with its bar's width (percent of
+    the slowest) and its what-ifs in the order of WHAT_IFS; None without a report."""
+    report = (job.results or {}).get("layer_report")
+    if not report or not report["layers"]:
+        return None
+    top = report["layers"][:TOP_LAYERS]
+    longest = max(top[0]["ms"], 1e-12)
+    rows = [{**row, "bar_pct": max(100 * row["ms"] / longest, 0.5),
+             "what_ifs": [(row["what_if"][k], row["model_what_if"][k]) for k, _ in WHAT_IFS]}
+            for row in top]
+    rest = report["layers"][TOP_LAYERS:]
+    return {**report, "rows": rows, "what_if_labels": [label for _, label in WHAT_IFS],
+            "rest": len(rest), "rest_ms": sum(r["ms"] for r in rest),
+            "all_layers_row": [report["all_layers"][k] for k, _ in WHAT_IFS]}

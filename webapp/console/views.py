@@ -84,18 +84,10 @@ def _job_context(request, job_id):
     return {"job": job, "stages": stages, "chart": charts.job_chart(job),
             "tuning": job.tuning_progress, "tuning_chart": charts.tuning_curve(job.tuning_progress),
             "artifacts": job.artifacts.all(), "log_tail": "\n".join(job.log.splitlines()[-30:]),
-            "kernels": _kernels(job), "runtimes": RUNTIMES, "nav": "jobs"}
+            "layers": charts.layer_bars(job), "runtimes": RUNTIMES, "nav": "jobs"}
 
 
 RUNTIMES = [("compiled", "Tensorforge"), ("onnxruntime", "ONNX Runtime")]
-
-
-def _kernels(job) -> list[dict]:
-    kernels = [dict(k) for k in (job.results or {}).get("kernels", [])]
-    total = sum(k.get("mean_ms") or 0 for k in kernels)
-    for k in kernels:
-        k["share"] = (k.get("mean_ms") or 0) / total if total else None
-    return kernels
 
 
 def _stage_status(job, stage: str) -> str:

@@ -31,7 +31,8 @@ def inspect_limits() -> Limits:
     mb = settings.UPLOAD_INSPECT_MEMORY_MB
     return Limits(memory_mb=mb, cpu_seconds=settings.UPLOAD_INSPECT_TIMEOUT + 5,
                   file_mb=max(settings.MAX_MODEL_BYTES // 2**20 * 2, 16),
-                  workdir_mb=max(settings.MAX_MODEL_BYTES // 2**20 * 5, 64), processes=64)
+                  workdir_mb=max(settings.MAX_MODEL_BYTES // 2**20 * 5, 64), processes=64,
+                  nice=10)  # the web server shares the machine: its requests come first
 
 
 def workdir() -> Path:

@@ -15,10 +15,11 @@ import uuid
 from typing import Annotated, Literal
 
 import pydantic
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from compiler_core.passes.weight_precision import WEIGHT_DTYPES
-from compiler_core.targets import all_targets
+from compiler_core.errors import CompileError
+from compiler_core.passes.weight_precision import WEIGHT_DTYPES, check_weight_dtype
+from compiler_core.targets import all_targets, get_target
 
 from .errors import NotFound, RequestError
 from .models import UploadedModel
@@ -90,6 +91,15 @@ class JobRequest(BaseModel):
             raise ValueError(f"unknown weight_dtype {weight_dtype!r}; valid: "
                              f"{', '.join(WEIGHT_DTYPES)}")
         return weight_dtype
+
+    @model_validator(mode="after")
+    def _target_widens_the_weights(self):
+        """float16/int8 weights need conversions the target's CPU may lack (F16C, AVX2)."""
+        try:
+            check_weight_dtype(self.weight_dtype, get_target(self.target).spec)
+        except CompileError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
     @field_validator("input_shapes", mode="before")
     @classmethod
