@@ -126,7 +126,7 @@ def cmd_bench(args) -> int:
     result = compare(args.artifact, args.model, feeds, threads=args.threads, warmup=args.warmup,
                      min_runs=args.runs, max_seconds=args.seconds)
     if args.layers and not result.get("emulated"):
-        result["layer_report"] = layers_of(args.artifact, result)
+        result["layer_report"] = layers_of(args.artifact, result, args.remeasure)
     if args.json:
         for side in ("compiled", "onnxruntime"):
             (result[side] or {}).pop("samples_ms", None)
@@ -146,15 +146,15 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def layers_of(artifact: str, result: dict) -> dict:
+def layers_of(artifact: str, result: dict, remeasure: bool = False) -> dict:
     """The per-ONNX-node report of a `compare` result (the machine's limits are measured on
     first use and cached in the cache directory)."""
     from .analysis.layer_report import layer_report
     from .analysis.machine_limits import machine_limits
     from .runtime.artifact_dir import read_meta
     from .runtime.emulation import cache_dir
-    return layer_report(read_meta(Path(artifact)), result["kernels"], machine_limits(cache_dir()),
-                        result["threads"])
+    limits = machine_limits(cache_dir(), remeasure)
+    return layer_report(read_meta(Path(artifact)), result["kernels"], limits, result["threads"])
 
 
 def print_emulated(result: dict) -> int:
@@ -211,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", action="store_true",
                    help="time per ONNX node against the machine's limits, with what-ifs")
     p.add_argument("--top", type=int, default=20, help="ONNX nodes listed with --layers")
+    p.add_argument("--remeasure", action="store_true",
+                   help="with --layers: measure the machine's peak and bandwidths again")
     p.set_defaults(fn=cmd_bench)
     return ap
 

@@ -8,8 +8,10 @@ by a cost estimate whether the block-sparse kernel beats the dense one; matrices
   W (K, N) is looked at as (N, K) = W^T and, when sparse wins, the node becomes SparseGemm
   with the same bias and activation.
 * A single-step GRU (linear_before_reset=1) or LSTM whose W or R is worth it: the step
-  becomes gx = x @ W^T + Wb and gh = h @ R^T + Rb, each SparseGemm or PackedGemm as its
-  own matrix decides, and a gate kernel (kernels/recurrent_step.py). Multi-step sequences,
+  becomes products over [x, h] with [W | R] for the gates whose two parts are summed (all
+  four of LSTM, z and r of GRU) and, for GRU's new gate, x @ W_n^T and h @ R_n^T apart;
+  each SparseGemm or PackedGemm as its own matrix decides; then a gate kernel
+  (kernels/recurrent_step.py). Multi-step sequences,
   sequence_lens, clipping, peepholes and bidirectional nodes keep the recurrent kernel.
 
 A specialized node records what was decided in attrs["sparsity"] (the weight, its block
@@ -69,8 +71,8 @@ def sparse_gemm_node(name, a, w_nk, bias, out, choice: SparseChoice, activation,
     packed = pack_block_sparse(w_nk, choice.block)
     prefix = f"{weight_name}_{choice.name}"
     inputs = [a, Value(f"{prefix}_values", packed.values.shape, np.float32, const=packed.values),
-              Value(f"{prefix}_cols", packed.cols.shape, np.int32, const=packed.cols),
-              Value(f"{prefix}_rows", packed.rows.shape, np.int32, const=packed.rows),
+              Value(f"{prefix}_cols", packed.cols.shape, packed.cols.dtype, const=packed.cols),
+              Value(f"{prefix}_rows", packed.rows.shape, packed.rows.dtype, const=packed.rows),
               None if bias is None else Value(f"{prefix}_bias", bias.shape, np.float32,
                                               const=np.ascontiguousarray(bias, np.float32))]
     sparsity = {"weight": weight_name, "shape": list(w_nk.shape), "block": choice.name,
@@ -99,32 +101,43 @@ def _recurrent_step(n: Node, lanes: int) -> list[Node] | None:
     x, wt, rt, bias, _, h0 = n.inputs[:6]
     batch, width = math.prod(x.shape[:-1]), wt.shape[2]
     w_nk, r_nk = wt.const[0].T, rt.const[0].T
-    choices = [best_block_shape(w_nk, batch, lanes), best_block_shape(r_nk, batch, lanes)]
-    if choices == [None, None]:
+    if best_block_shape(w_nk, batch, lanes) is None and best_block_shape(r_nk, batch, lanes) is None:
         return None  # dense weights: the recurrent kernel stays
-    biases = (None, None) if bias is None else (bias.const[0, :width], bias.const[0, width:])
-    gx, gh = (Value(f"{n.outputs[0].name}_{part}", (batch, width), np.float32)
-              for part in ("gx", "gh"))
-    products = [_product(n, operand, w, b, out, choice, f"{n.name}_{part}")
-                for part, operand, w, b, out, choice in
-                zip(("W", "R"), (x, h0), (w_nk, r_nk), biases, (gx, gh), choices)]
+    wb, rb = ((np.zeros(width, np.float32),) * 2 if bias is None
+              else (bias.const[0, :width], bias.const[0, width:]))
     hidden = n.attrs["hidden_size"]
+    # gates whose input and hidden parts are summed before their activation: one product
+    # over [x, h] with [W | R], one horizontal sum per output instead of two
+    joint = 2 * hidden if n.op == "GRU" else width
+    xh = Value(f"{n.outputs[0].name}_xh", (*x.shape[:-1], x.shape[-1] + h0.shape[-1]), np.float32)
+    nodes = [Node("Concat", [x, h0], [xh], {"axis": len(x.shape) - 1}, n.name,
+                  sources=n.onnx_nodes)]
+    parts = [(xh, np.concatenate([w_nk[:joint], r_nk[:joint]], axis=1), wb[:joint] + rb[:joint],
+              "WR")]
+    if n.op == "GRU":  # r scales the hidden part of the new gate: its two products stay apart
+        parts += [(x, w_nk[joint:], wb[joint:], "Wn"), (h0, r_nk[joint:], rb[joint:], "Rn")]
+    rows = []
+    for a, w, b, part in parts:
+        rows.append(Value(f"{n.outputs[0].name}_{part}", (batch, w.shape[0]), np.float32))
+        nodes.append(_product(n, a, w, b, rows[-1], lanes, f"{n.name}_{part}"))
     state = h0 if n.op == "GRU" else n.inputs[6]
     results = n.outputs[:2] if n.op == "GRU" else n.outputs[:3]
-    gates = Node(f"{n.op}StepGates", [gx, gh, state], list(results),
-                 {"hidden_size": hidden, "activations": n.attrs["activations"][0]}, n.name,
-                 sources=n.onnx_nodes)
-    return products + [gates]
+    nodes.append(Node(f"{n.op}StepGates", [*rows, state], list(results),
+                      {"hidden_size": hidden, "activations": n.attrs["activations"][0]}, n.name,
+                      sources=n.onnx_nodes))
+    return nodes
 
 
-def _product(n: Node, a, w_nk, bias, out, choice, weight_name) -> Node:
-    """One of a step's two products (named after its weight), computing part of node n."""
+def _product(n: Node, a, w_nk, bias, out, lanes, weight_name) -> Node:
+    """One of a step's products (named after its weights), computing part of node n: sparse
+    when its own matrix is worth it, else dense."""
+    choice = best_block_shape(w_nk, math.prod(a.shape[:-1]), lanes)
     if choice is not None:
         return sparse_gemm_node(n.name, a, w_nk, bias, out, choice, None, weight_name,
                                 n.onnx_nodes)
     w = Value(f"{weight_name}_kn", w_nk.T.shape, np.float32,
               const=np.ascontiguousarray(w_nk.T, np.float32))
-    b = None if bias is None else Value(f"{weight_name}_bias", bias.shape, np.float32,
-                                        const=np.ascontiguousarray(bias, np.float32))
+    b = Value(f"{weight_name}_bias", bias.shape, np.float32,
+              const=np.ascontiguousarray(bias, np.float32))
     return Node("PackedGemm", [a, w, b, None], [out], {"activation": None}, n.name,
                 sources=n.onnx_nodes)

@@ -10,10 +10,11 @@ keeps more of them in L1/L2. Activations and accumulation stay float32:
   weights, q = round(w / scale)); the kernel widens q in registers (sign-extend, convert)
   and multiplies the channel's dot product by its scale once, never each weight.
 
-Converted: the packed weights of PackedGemm (constant-weight MatMul/Gemm) and the W and R
-of LSTM/GRU/RNN. The pass runs last, after pack_weights, on the layouts the kernels read.
+Converted: the packed weights of PackedGemm (constant-weight MatMul/Gemm), the nonzero
+blocks of SparseGemm (block-sparse layers), and the W and R of LSTM/GRU/RNN. The pass runs last, after pack_weights, on the layouts the kernels read.
 New node inputs: PackedGemm's scale vector (one per packed column) at input 4; a
-recurrent node's W and R scales ([dirs, gates*H] each) at inputs 8 and 9.
+recurrent node's W and R scales ([dirs, gates*H] each) at inputs 8 and 9; SparseGemm's
+scale per output at input 5.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from ..ir import Graph, Node, Value
 
 WEIGHT_DTYPES = ("float32", "float16", "int8")
 RECURRENT = ("LSTM", "GRU", "RNN")
-GEMM_SCALE, RECURRENT_SCALES = 4, 8  # input positions of the int8 scales
+GEMM_SCALE, RECURRENT_SCALES, SPARSE_SCALE = 4, 8, 5  # input positions of the int8 scales
 
 
 def check_weight_dtype(weight_dtype: str, spec: MachineSpec) -> None:
@@ -83,7 +84,36 @@ def _converted(n: Node, weight_dtype: str) -> Node:
     if n.op in RECURRENT and all(n.inputs[k].is_const for k in (1, 2)):
         inputs, scales = _reduced_inputs(n, [1, 2], weight_dtype, axis=1)
         return _with_scales(n, inputs, RECURRENT_SCALES, scales)
+    if n.op == "SparseGemm" and n.inputs[1].dtype == np.float32:
+        return _sparse_converted(n, weight_dtype)
     return n
+
+
+def _sparse_converted(n: Node, weight_dtype: str) -> Node:
+    """SparseGemm's nonzero blocks (values (blocks, bh * bw)) as float16, or int8 with the
+    scale of each output (input 5): its largest weight over all of its blocks."""
+    values = n.inputs[1].const
+    inputs = list(n.inputs) + [None] * (SPARSE_SCALE - len(n.inputs))
+    if weight_dtype == "float16":
+        data = values.astype(np.float16)
+    else:
+        output = _sparse_outputs(n)
+        amax = np.zeros(n.outputs[0].shape[-1], np.float32)
+        np.maximum.at(amax, output.ravel(), np.abs(values).ravel())
+        scale = np.where(amax == 0, np.float32(1), amax / np.float32(127))
+        data = np.clip(np.round(values / scale[output]), -127, 127).astype(np.int8)
+        inputs.append(Value(f"{n.inputs[1].name}_scale", scale.shape, np.float32, const=scale))
+    inputs[1] = Value(f"{n.inputs[1].name}_{weight_dtype}", data.shape, data.dtype, const=data)
+    return dataclasses.replace(n, inputs=inputs)
+
+
+def _sparse_outputs(n: Node) -> np.ndarray:
+    """The output column of every stored SparseGemm weight, shaped like values: block b
+    belongs to processed row r (rows[r] = its block row), lane l to output row l // bw of it."""
+    bh, bw = n.attrs["block"]
+    per_row = [count for count, rows in n.attrs["groups"] for _ in range(rows)]
+    block_row = np.repeat(n.inputs[3].const.astype(np.int64), per_row)
+    return block_row[:, None] * bh + np.arange(bh * bw)[None, :] // bw
 
 
 def _reduced_inputs(n: Node, positions, weight_dtype, axis):
@@ -109,10 +139,14 @@ def _with_scales(n: Node, inputs, at: int, scales) -> Node:
 
 
 def reduced_layers(graph: Graph) -> list[dict]:
-    """Which kernels read reduced-precision weights (for meta.json)."""
-    return [{"node": n.name, "op": n.op, "weights": sum(v.size for v in n.inputs[1:3]
-                                                         if v is not None and v.is_const
-                                                         and v.dtype in (np.float16, np.int8))}
-            for n in graph.nodes
-            if any(v is not None and v.is_const and v.dtype in (np.float16, np.int8)
-                   for v in n.inputs[1:3]) and (n.op == "PackedGemm" or n.op in RECURRENT)]
+    """Which kernels read reduced-precision weights, and how many (for meta.json)."""
+    layers = []
+    for n in graph.nodes:
+        stored = [n.inputs[k] for k in _WEIGHTS.get(n.op, ())
+                  if n.inputs[k] is not None and n.inputs[k].dtype in (np.float16, np.int8)]
+        if stored:
+            layers.append({"node": n.name, "op": n.op, "weights": sum(v.size for v in stored)})
+    return layers
+
+
+_WEIGHTS = {"PackedGemm": (1,), "SparseGemm": (1,), **{op: (1, 2) for op in RECURRENT}}

@@ -1,5 +1,6 @@
 """Reduced-precision weights (weight_dtype float16 / int8): correctness within tolerance, the
 measured error in meta.json, refusals, and code that follows the target's features."""
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -112,10 +113,21 @@ def test_weights_are_widened_in_the_targets_registers(target, register, weight_d
     assert art.meta["weight_precision"]["accuracy"]["measured_on"] in (target, "native")
 
 
-def _disassembly(art) -> list[str]:
+@pytest.mark.parametrize("weight_dtype,instruction", [("float16", "fcvtl"), ("int8", "scvtf")])
+def test_arm_widens_with_neon(weight_dtype, instruction):
+    objdump = shutil.which("aarch64-linux-gnu-objdump")
+    if objdump is None:
+        pytest.skip("no aarch64 binutils here")
+    art = cc.compile(str(catalog.model_path("wavernn")), catalog.input_shapes("wavernn"),
+                     target="aarch64", weight_dtype=weight_dtype)
+    widening = [line for line in _disassembly(art, objdump) if instruction in line]
+    assert any(".4s" in line for line in widening), widening[:5]
+
+
+def _disassembly(art, objdump="objdump") -> list[str]:
     with tempfile.TemporaryDirectory() as d:
         art.save(d)
-        out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"{d}/model.so"],
+        out = subprocess.run([objdump, "-d", "--no-show-raw-insn", f"{d}/model.so"],
                              capture_output=True, text=True, check=True).stdout
     return out.splitlines()
 
@@ -161,3 +173,37 @@ def test_int8_bidirectional_recurrent_with_partial_sweeps(op, gates):
         np.testing.assert_allclose(art.run(feeds)[name], ref, rtol=0, atol=0.03, err_msg=name)
     layer, = art.meta["weight_precision"]["layers"]
     assert layer["weights"] == w.size + r.size
+
+
+@pytest.mark.parametrize("block", [(1, 8), (8, 1)])
+@pytest.mark.parametrize("weight_dtype", ["float16", "int8"])
+def test_block_sparse_layers_store_their_blocks_reduced(block, weight_dtype):
+    """SparseGemm's nonzero blocks: int8 scales per output, whichever way a block lies."""
+    rng = np.random.default_rng(5)
+    n, k = 64, 256
+    keep = rng.random((n // block[0], k // block[1])) < 0.1
+    w = rng.uniform(-1, 1, (n, k)).astype(np.float32) * np.kron(keep, np.ones(block))
+    w[3] *= 50  # one loud output must keep its own scale
+    nodes = [helper.make_node("Gemm", ["a", "w"], ["y"], transB=1)]
+    model = make_model(nodes, [("a", np.float32, [1, k])], [("y", np.float32, [1, n])],
+                       [("w", w.astype(np.float32))])
+    feeds = {"a": rand(1, k, seed=6)}
+    art = cc.compile(model, weight_dtype=weight_dtype, sample_inputs=feeds)
+    [layer] = art.meta["weight_precision"]["layers"]
+    assert layer["op"] == "SparseGemm" and layer["weights"] == keep.sum() * 8
+    err = np.abs(art.run(feeds)["y"] - ort_run(model, feeds)["y"])[0]
+    # per output: at most half its own scale step per weight (float16: 2^-11 relative)
+    step = np.abs(w).max(axis=1) / 127 if weight_dtype == "int8" else np.abs(w).max(axis=1) / 1024
+    bound = 0.5 * step * ((w != 0) @ np.abs(feeds["a"][0])) + 1e-5
+    assert (err <= bound).all(), (err / bound).max()
+    assert err.max() > 0
+
+
+def test_sparse_sampling_net_with_int8_blocks_stays_close():
+    path, feeds = catalog.model_path("wavernn_sparse80"), catalog.feeds("wavernn_sparse80")
+    art = cc.compile(str(path), catalog.input_shapes("wavernn_sparse80"), weight_dtype="int8",
+                     sample_inputs=feeds)
+    assert {layer["op"] for layer in art.meta["weight_precision"]["layers"]} == {"SparseGemm"}
+    got = art.run(feeds)
+    for name, ref in ort_run(_load(path), feeds).items():
+        np.testing.assert_allclose(got[name], ref, rtol=0, atol=1e-2, err_msg=name)

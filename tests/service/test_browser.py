@@ -67,3 +67,37 @@ def test_sign_in_upload_compile_watch_and_download(live_server, worker, dana, pa
     saved = tmp_path / "package.tar.gz"
     info.value.save_as(saved)
     assert hashlib.sha256(saved.read_bytes()).hexdigest() == expected_sha
+
+
+LIGHT_MODELS = Path(__import__("onnx").__file__).parent / "backend" / "test" / "data" / "light"
+
+
+def _report_model(name: str) -> Path:
+    if name == "squeezenet":  # SqueezeNet 1.0 from onnx's test data; weights built by its graph
+        return LIGHT_MODELS / "light_squeezenet.onnx"
+    from tests.models.catalog import model_path
+    return model_path(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,top_op", [("wavernn", "gru"), ("squeezenet", "conv")])
+def test_layer_report_of_a_real_job(live_server, worker, dana, page, tmp_path, name, top_op):
+    """A sampling net and a CNN through the service; the job page's layer report is saved as
+    test-output/layer-report-NAME.png (run under /work/bin/cpu-exclusive for real figures)."""
+    model_file = tmp_path / f"{name}.onnx"
+    model_file.write_bytes(_report_model(name).read_bytes())
+    page.goto(f"{live_server}/")
+    page.fill("#id_username", "dana")
+    page.fill("#id_password", "a-long-enough-password")
+    page.click("button[type=submit]")
+    page.wait_for_url("**/models/")
+    page.set_input_files("#model-file", str(model_file))
+    page.wait_for_url("**/models/*-*/", timeout=60_000)
+    page.click("#compile-form button[type=submit]")
+    page.wait_for_url("**/jobs/*-*/")
+    page.wait_for_selector("#job-state:text('succeeded')", timeout=600_000)
+    rows = page.locator("#layer-report .layer-row")
+    assert rows.count() >= 3 and top_op in rows.first.get_attribute("data-node").lower()
+    OUTPUT.mkdir(exist_ok=True)
+    page.locator("#layer-report").screenshot(path=str(OUTPUT / f"layer-report-{name}.png"))
+    page.screenshot(path=str(OUTPUT / f"job-page-{name}.png"), full_page=True)
