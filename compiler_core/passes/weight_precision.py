@@ -70,10 +70,17 @@ def quantize_int8(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     """(q, scale): symmetric per-channel int8, reducing over `axis` (the input dimension), so
     w ~= q * scale with scale broadcast back along `axis`. All-zero channels get scale 1 (q
     is 0 there anyway): kernels may divide by a scale."""
-    scale = np.max(np.abs(w), axis=axis, keepdims=True).astype(np.float32) / np.float32(127)
-    scale = np.where(scale == 0, np.float32(1), scale)
-    q = np.round(w / scale)
-    return np.clip(q, -127, 127).astype(np.int8), np.squeeze(scale, axis)
+    scale = _int8_scale(np.max(np.abs(w), axis=axis, keepdims=True))
+    return _to_int8(w, scale), np.squeeze(scale, axis)
+
+
+def _int8_scale(amax: np.ndarray) -> np.ndarray:
+    """Per channel: its largest |weight| / 127, so that weight becomes +-127."""
+    return np.where(amax == 0, np.float32(1), amax.astype(np.float32) / np.float32(127))
+
+
+def _to_int8(w: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    return np.clip(np.round(w / scale), -127, 127).astype(np.int8)
 
 
 def _converted(n: Node, weight_dtype: str) -> Node:
@@ -100,8 +107,8 @@ def _sparse_converted(n: Node, weight_dtype: str) -> Node:
         output = _sparse_outputs(n)
         amax = np.zeros(n.outputs[0].shape[-1], np.float32)
         np.maximum.at(amax, output.ravel(), np.abs(values).ravel())
-        scale = np.where(amax == 0, np.float32(1), amax / np.float32(127))
-        data = np.clip(np.round(values / scale[output]), -127, 127).astype(np.int8)
+        scale = _int8_scale(amax)
+        data = _to_int8(values, scale[output])
         inputs.append(Value(f"{n.inputs[1].name}_scale", scale.shape, np.float32, const=scale))
     inputs[1] = Value(f"{n.inputs[1].name}_{weight_dtype}", data.shape, data.dtype, const=data)
     return dataclasses.replace(n, inputs=inputs)
