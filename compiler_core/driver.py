@@ -67,6 +67,7 @@ def _compile(model, input_shapes, target, opt_level, tuner, progress, link, weig
     report("validate")
     graph = import_model(model, input_shapes)
     layers = graph_costs(graph.nodes)  # before fusion: one entry per ONNX node
+    onnx_ops = graph.onnx_ops
     report("optimize")
     graph = run_pipeline(graph, opt_level, tgt.spec, weight_dtype,
                          tuner and _stage(report, "tune", tuner))
@@ -81,7 +82,7 @@ def _compile(model, input_shapes, target, opt_level, tuner, progress, link, weig
         link(obj, pack_weights(plan), Path(tmp) / "build", so_path, uses_openmp(module),
              tgt.spec.triple)
         so_bytes = so_path.read_bytes()
-    analysis = work_analysis(layers, steps, step_nodes)
+    analysis = work_analysis(layers, onnx_ops, steps, step_nodes)
     stats = {"compile_seconds": round(time.perf_counter() - started, 3),
              "arena_bytes": plan.arena_size, "weights_bytes": plan.weights_size,
              "nodes": len(graph.nodes), "kernels": len(steps),
@@ -114,13 +115,14 @@ def _stage(report, stage: str, fn):
     return run
 
 
-def work_analysis(layers: dict, steps: list[Step], step_nodes: list) -> dict:
+def work_analysis(layers: dict, onnx_ops: dict, steps: list[Step], step_nodes: list) -> dict:
     """What meta.json says about the work done: per kernel call FLOPs, bytes and the ONNX
     nodes it computes; per ONNX node (as imported, before fusion) FLOPs and bytes."""
     kernels = [{**node_cost(n).as_dict(), "onnx_nodes": list(n.onnx_nodes)}
                for n, s in zip(step_nodes, steps) if s.kernel]
     return {"kernels": kernels,
-            "layers": [{"onnx_node": name, **cost.as_dict()} for name, cost in layers.items()]}
+            "layers": [{"onnx_node": name, "op": onnx_ops.get(name), **cost.as_dict()}
+                       for name, cost in layers.items()]}
 
 
 def lower_graph(graph: Graph, plan: MemoryPlan, spec: MachineSpec) -> tuple[list[Step], list]:

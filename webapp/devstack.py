@@ -273,8 +273,10 @@ def first_user(env: dict) -> tuple[str, str]:
 
 
 def web_cmd(port: int) -> list[str]:
+    # 16 threads a process: an upload holds its thread for seconds while its sandboxed
+    # inspection runs, and status polls must not queue behind a few uploads
     return [str(BIN / "gunicorn"), "webapp.wsgi:application", "--bind", f"127.0.0.1:{port}",
-            "--workers", "2", "--threads", "4", "--timeout", "300", "--access-logfile", "-"]
+            "--workers", "2", "--threads", "16", "--timeout", "300", "--access-logfile", "-"]
 
 
 def run() -> None:

@@ -13,6 +13,7 @@ import io
 import json
 import logging
 import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -260,13 +261,18 @@ def benchmark_stage(run: JobRun, model_path: Path, out_dir: Path, meta: dict) ->
     return result
 
 
-def layer_report_of(run: JobRun, meta: dict, bench: dict) -> dict:
+def layer_report_of(run: JobRun, meta: dict, bench: dict) -> dict | None:
     """Kernel times per ONNX node against this machine's limits, which are measured on the
-    first job (a few seconds of sgemm and sdot) and cached under var/."""
-    limits = machine_limits(settings.VAR_DIR)
+    first job (a few seconds of sgemm and sdot) and cached under var/. A machine whose
+    limits cannot be measured still gets its timings, without the report."""
+    try:
+        limits = machine_limits(settings.VAR_DIR)
+    except (OSError, ValueError, subprocess.CalledProcessError) as exc:
+        run.log(f"layers: no report, the machine's limits could not be measured ({exc})")
+        return None
     report = layer_report(meta, bench["kernels"], limits, run.job.threads)
-    top = report["layers"][0] if report["layers"] else None
-    if top:
+    if report["layers"]:
+        top = report["layers"][0]
         run.log(f"layers: {top['onnx_node']} takes {100 * top['share']:.0f}% "
                 f"({top['bound']}-bound, {top['roofline_pct'] or 0:.0f}% of its roofline)")
     return report

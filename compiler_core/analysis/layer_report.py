@@ -54,7 +54,8 @@ def attribute(meta: dict, kernel_ms: list[float]) -> dict[str, dict]:
         shares = _shares(names, costs, ("flops", "bytes"))
         weight_shares = _shares(names, costs, ("weight_bytes", "flops", "bytes"))
         for name, share, weight_share in zip(names, shares, weight_shares):
-            row = nodes.setdefault(name, {"onnx_node": name, "ms": 0.0, "flops": 0.0,
+            row = nodes.setdefault(name, {"onnx_node": name, "op": costs.get(name, {}).get("op"),
+                                          "ms": 0.0, "flops": 0.0,
                                           "weight_bytes": 0.0, "activation_bytes": 0.0,
                                           "kernels": 0})
             row["ms"] += share * ms
@@ -102,14 +103,12 @@ def changed(row: dict, scenario: str) -> tuple[float, float]:
 
 
 def time_scale(row: dict, scenario: str, now: dict, then: dict) -> float | None:
-    """T'/T for a node (module docstring); None when it has no weights to change."""
-    if row["weight_bytes"] <= 0:
-        return None if now is then else _scale(row, row["flops"], row["weight_bytes"], now, then)
-    flops, weights = changed(row, scenario)
-    return _scale(row, flops, weights, now, then)
-
-
-def _scale(row: dict, flops: float, weights: float, now: dict, then: dict) -> float:
+    """T'/T for a node (module docstring) at ceilings `then` instead of `now`; None for a
+    node without weights when the ceilings stay: nothing about it changes."""
+    has_weights = row["weight_bytes"] > 0
+    if not has_weights and now is then:
+        return None
+    flops, weights = changed(row, scenario) if has_weights else (row["flops"], 0.0)
     before = max(roofline_seconds(row["flops"], row["weight_bytes"], row["activation_bytes"], now))
     after = max(roofline_seconds(flops, weights, row["activation_bytes"], then))
     return after / before if before > 0 else 1.0
@@ -173,10 +172,10 @@ def format_layers(report: dict, top: int = 20) -> str:
              f"weights + arena {r['footprint_bytes'] / 2**20:.2f} MiB)",
              "fused kernels are split among their ONNX nodes by FLOP share; what-ifs are "
              "roofline estimates (layer speedup / whole model)",
-             f"{'onnx node':32s} {'ms':>9s} {'share':>6s} {'GFLOP/s':>8s} {'weights':>9s} "
+             f"{'onnx node':32s} {'op':14s} {'ms':>9s} {'share':>6s} {'GFLOP/s':>8s} {'weights':>9s} "
              f"{'activ.':>9s} {'bound':>7s} {'%roof':>5s}  " + " ".join(f"{s:>13s}" for s in SCENARIOS)]
     for row in r["layers"][:top]:
-        lines.append(f"{row['onnx_node'][-32:]:32s} {row['ms']:9.4f} {100 * row['share']:5.1f}% "
+        lines.append(f"{row['onnx_node'][-32:]:32s} {(row['op'] or '?')[:14]:14s} {row['ms']:9.4f} {100 * row['share']:5.1f}% "
                      f"{_num(row['gflops'], 8, 1)} {_bytes(row['weight_bytes'])} "
                      f"{_bytes(row['activation_bytes'])} {row['bound']:>7s} "
                      f"{_num(row['roofline_pct'], 4, 0)}%  " + " ".join(

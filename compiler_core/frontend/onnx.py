@@ -95,6 +95,8 @@ class Importer:
     def __init__(self, opset: int):
         self.opset = opset
         self.nodes: list[Node] = []
+        self.onnx_ops: dict[str, str] = {}  # ONNX node label -> op type, for reports
+        self._unnamed: dict[str, int] = {}
         self.scopes: list[dict[str, Value]] = [{}]
         self.guards: tuple[Guard, ...] = ()
         self.node: onnx.NodeProto | None = None
@@ -110,7 +112,8 @@ class Importer:
         inputs = self._graph_inputs(graph, input_shapes)
         self.convert_nodes(graph)
         outputs = [self._named_output(o.name) for o in graph.output]
-        return Graph(inputs, outputs, self.nodes, name=graph.name or "model", opset=self.opset)
+        return Graph(inputs, outputs, self.nodes, name=graph.name or "model", opset=self.opset,
+                     onnx_ops=self.onnx_ops)
 
     def _named_output(self, name: str) -> Value:
         """Graph outputs keep their ONNX names, also when a converter returned an existing
@@ -151,6 +154,7 @@ class Importer:
     def convert_node(self, node: onnx.NodeProto) -> None:
         inputs = [self.lookup(n) if n else None for n in node.input]
         self.node, self.attrs = node, parse_attributes(node)
+        self.label = node.name or self._unnamed_label(node.op_type)
         start = len(self.nodes)
         try:
             outputs = self._fold(node, inputs)
@@ -171,6 +175,11 @@ class Importer:
                 if v in fresh and v.name != name:
                     v.name = self.unique(name)
                 self.define(name, v)
+
+    def _unnamed_label(self, op_type: str) -> str:
+        """Conv#1, Conv#2, ...: reports name every ONNX node apart, named or not."""
+        self._unnamed[op_type] = self._unnamed.get(op_type, 0) + 1
+        return f"{op_type}#{self._unnamed[op_type]}"
 
     def _expand_function(self, node, inputs) -> None:
         """No converter: convert the ONNX function body that defines the op instead."""
@@ -248,7 +257,8 @@ class Importer:
         for name, (shape, dtype) in zip(names, outputs):
             check_tensor(shape, dtype, f"tensor {name!r}")
         outs = [Value(self.unique(n), shape, dtype) for n, (shape, dtype) in zip(names, outputs)]
-        label = (self.node.name or self.node.op_type) if self.node is not None else op
+        label = self.label if self.node is not None else op
+        self.onnx_ops.setdefault(label, self.node.op_type if self.node is not None else op)
         self.nodes.append(Node(op, list(inputs), outs, dict(attrs or {}), label, self.guards))
         return outs
 

@@ -82,6 +82,7 @@ class Graph:
     nodes: list[Node]
     name: str = "model"
     opset: int = 0
+    onnx_ops: dict[str, str] = field(default_factory=dict)  # ONNX node name -> op type, as imported
 
     def consumers(self) -> dict[Value, list[Node]]:
         uses: dict[Value, list[Node]] = {}

@@ -6,6 +6,7 @@ the records with no new measurements; `threads` is the thread count kernels are 
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ..errors import CompileError
@@ -48,8 +49,9 @@ def parse_tuning(tuning) -> TuningRequest | None:
     if not isinstance(threads, int) or threads < 1:
         raise CompileError(f"tuning threads must be a whole number >= 1, got {threads!r}")
     records = given.get("records")
-    if records is not None and not isinstance(records, str):
+    if records is not None and not isinstance(records, (str, os.PathLike)):
         raise CompileError("tuning records must be the path of a JSON-lines records file")
     if not (trials or seconds or records):
         return None
-    return TuningRequest(trials, None if seconds is None else float(seconds), records, threads)
+    return TuningRequest(trials, None if seconds is None else float(seconds),
+                         None if records is None else os.fspath(records), threads)

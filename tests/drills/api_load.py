@@ -176,7 +176,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--poll", type=float, default=0.5, help="seconds between a client's "
                         "requests")
-    parser.add_argument("--upload-every", type=float, default=10.0,
+    parser.add_argument("--upload-every", type=float, default=30.0,
                         help="seconds between a client's uploads")
     parser.add_argument("--goal-ms", type=float, default=300)
     parser.add_argument("--var", type=Path, default=None)

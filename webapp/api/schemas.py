@@ -147,7 +147,8 @@ class WhatIf(Contract):
 
 
 class LayerTiming(Contract):
-    onnx_node: str
+    onnx_node: str = Field(description="its name in the model; Conv#3 for the third unnamed Conv")
+    op: str | None = Field(description="its ONNX operator")
     ms: float = Field(description="measured, from the kernels that compute it; a fused "
                                   "kernel's time is split among its ONNX nodes by FLOP share")
     share: float = Field(description="of the kernels' total time, 0..1")
