@@ -151,7 +151,7 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
 
 @search_space("Conv")
 def conv_space(node, spec) -> list[ConvSchedule]:
-    shape, pieces = conv_gemm_shape(node)
+    shape, _ = conv_gemm_shape(node)
     base = default_conv_schedule(node, spec)
     out = []
     for mr, nr in ((6, 16), (4, 16), (4, 24), (3, 32), (2, 32), (1, 64)):

@@ -11,7 +11,7 @@ from compiler_core.codegen.target_machine import host_spec
 from compiler_core.frontend.onnx import import_model
 from compiler_core.kernels import schedule
 from compiler_core.kernels.conv import ConvSchedule, conv_space, default_conv_schedule, split_blocks
-from compiler_core.kernels.matmul import GemmTiles
+from compiler_core.kernels.matmul import GemmShape, GemmTiles
 
 from .helpers import make_model, ort_run, rand
 
@@ -90,7 +90,6 @@ def test_big_convs_are_split_and_small_ones_are_not():
 
 def test_blocks_cover_the_axis_in_whole_tiles():
     tiles = GemmTiles(6, 16, 256, 64)
-    from compiler_core.kernels.matmul import GemmShape
     size, count, tail = split_blocks(ConvSchedule(tiles, "columns", 4), GemmShape(50, 900, 9))
     assert size % 16 == 0 and (count - 1) * size + tail == 900 and 0 < tail <= size
     size, count, tail = split_blocks(ConvSchedule(tiles, "rows", 3), GemmShape(50, 900, 9))
