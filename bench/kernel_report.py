@@ -2,7 +2,7 @@
 
 Each kernel's time comes from the artifact's own profiling entry point (tf_profile, wall
 time per kernel call); its FLOPs, bytes and the ONNX nodes it covers from meta.json (written
-by compiler_core/analysis/cost.py at compile time). GFLOP/s is set against the peak the
+by compiler_core/analysis/node_cost.py at compile time). GFLOP/s is set against the peak the
 bench measured (numpy's sgemm, one thread, times the thread count).
 """
 from __future__ import annotations
