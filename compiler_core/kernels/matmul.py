@@ -228,6 +228,8 @@ def lower_matmul(node, kb, ins, outs):
     M, K = a_mat[-2:]
     N = b_mat[-1]
     batch = tuple(np.broadcast_shapes(a_mat[:-2], b_mat[:-2]))
+    # the threshold counts elements of a memory-bound kernel; a GEMM does its FLOPs about
+    # 64 times faster than such a kernel moves elements, hence the scaling
     with kb.loops(batch, kind=loop_kind(2 * M * N * K * math.prod(batch) // 64)) as idx:
         a_base = _batch_offsets(idx, a_mat[:-2], batch) * (M * K)
         b_base = _batch_offsets(idx, b_mat[:-2], batch) * (K * N)
