@@ -1,22 +1,22 @@
 """What the figures were measured on, and the peak they are held against.
 
 The peak is measured, not looked up: numpy's BLAS (OpenBLAS) multiplying two 2048x2048
-float32 matrices on one thread, best of a few runs (compiler_core/analysis/machine_limits.py,
-which caches it per CPU in the cache directory).
+float32 matrices on one thread, best of a few runs (compiler_core/analysis/machine_limits.py).
+The bench measures it in every run rather than reading the per-CPU cache that layer reports
+use: the bench runs alone on the machine, a cached figure may have been taken under load.
 """
 from __future__ import annotations
 
 import os
 
-from compiler_core.analysis.machine_limits import cpu_model_name, machine_limits
-from compiler_core.runtime.emulation import cache_dir
+from compiler_core.analysis.machine_limits import cpu_model_name, measure
 from compiler_core.targets import get_target
 
 
 def sgemm_peak_gflops() -> float:
-    """Single-thread float32 GEMM throughput of numpy's BLAS on this machine, GFLOP/s (measured
-    once per machine and cached, with the bandwidths: compiler_core/analysis/machine_limits.py)."""
-    return machine_limits(cache_dir()).peak_gflops
+    """Single-thread float32 GEMM throughput of numpy's BLAS on this machine now, GFLOP/s
+    (measure() also takes the bandwidths, a few seconds in a single-threaded child)."""
+    return measure().peak_gflops
 
 
 def vector_isa(features: str) -> str:
