@@ -80,13 +80,15 @@ conformance-report: setup
 	$(PY) -m tests.conformance --jobs 2
 
 # compiled vs ONNX Runtime and OpenVINO (optional, requirements-bench.txt) at 1 and 2 threads,
-# then the cost of one parallel region (bench/fork_join.py);
+# then the cost of one parallel region (bench/fork_join.py) and two dense kernels against
+# numpy's sgemm (bench/kernel_peaks.py);
 # arguments through BENCH_ARGS, e.g. make bench BENCH_ARGS="--filter yolo --kernels"
 bench: setup
 	@$(PY) -m pip install --quiet -r requirements-bench.txt \
 		|| echo "warning: openvino could not be installed; comparing with ONNX Runtime only"
 	$(PY) -m bench.models $(BENCH_ARGS)
 	$(PY) -m bench.fork_join
+	$(PY) -m bench.kernel_peaks
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 
 import compiler_core as cc
 from compiler_core.kernels import elementwise
-from compiler_core.runtime.benchmark import interleave
+from compiler_core.runtime.benchmark import SETTLE_MS, interleave
 from compiler_core.runtime.loaded_model import load
 
 from .baselines import ort_runner
@@ -53,7 +53,8 @@ def per_kernel_us(seconds: float) -> dict:
         for t in (1, 2):
             runners[("ours", t)] = load(artifact.save(Path(tmp) / f"t{t}"), threads=t).bind_feeds(feeds)
             runners[("ort", t)] = ort_runner(path, t, feeds)
-        samples = interleave(runners, warmup=3, min_runs=20, max_seconds=seconds, settle=True)
+        samples = interleave(runners, warmup=3, min_runs=20, max_seconds=seconds, settle=True,
+                             settle_ms=SETTLE_MS)
     return {key: float(np.median(v)) * 1000 / KERNELS for key, v in samples.items()}
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 import compiler_core as cc
 from compiler_core.passes.weight_precision import WEIGHT_DTYPES
-from compiler_core.runtime.benchmark import interleave, numerical_check, ort_outputs
+from compiler_core.runtime.benchmark import SETTLE_MS, interleave, numerical_check, ort_outputs
 from compiler_core.runtime.loaded_model import load
 
 from . import table
@@ -54,7 +54,8 @@ def measure(model: BenchModel, threads: list[int], seconds: float, kernels: bool
             runners[("ours", t)] = calls[t]
             runners.update({(name, t): fn for name, fn in baseline_runners(path, t, feeds).items()})
         samples = interleave(runners, warmup=2, min_runs=5, max_seconds=seconds,
-                             block_ms=BLOCK_MS, settle=True)
+                             block_ms=BLOCK_MS, settle=True,
+                             settle_ms=SETTLE_MS)
         medians = {key: float(np.median(v)) for key, v in samples.items()}
         rows = [_row(model, t, medians, compile_s) for t in threads]
         if weight_dtype != "float32":  # the name says which weights were timed

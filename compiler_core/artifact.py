@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .passes.winograd_convs import winograd_layers
 from .version import __version__
 
 C_TYPES = {"float32": "float", "float64": "double", "float16": "uint16_t /* half */",
@@ -78,6 +79,7 @@ def artifact_files(graph, target, opt_level, steps, so_bytes, stats, tuning,
                     for s, info in zip([s for s in steps if s.kernel], analysis["kernels"])],
         "layers": analysis["layers"],
         "sparse_layers": sparse_layers(graph),
+        "winograd_layers": winograd_layers(graph),
         "runtime_errors": [s.message for s in steps if s.error],  # code k -> entry k-1
         "op_histogram": graph.op_histogram(),
         "tuning": tuning_summary(tuning),

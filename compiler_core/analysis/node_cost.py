@@ -100,6 +100,21 @@ def _conv(node: Node) -> int:
     return 2 * _out(node) * per_group * taps + _epilogue(node)
 
 
+def _winograd_conv(node: Node) -> int:
+    """Counted as the direct convolution it replaces (inputs: padded X, U, bias, residual),
+    so its GFLOP/s compare with the direct kernels' (an effective rate above the peak)."""
+    taps = int(np.prod(node.attrs["kernel_shape"], dtype=np.int64))
+    per_group = node.inputs[0].shape[1] // node.attrs["group"]
+    return 2 * _out(node) * per_group * taps + _epilogue(node, (2, 3))
+
+
+def _sparse_gemm(node: Node) -> int:
+    """The multiply-adds it does: each row of A times the stored (nonzero-block) weights."""
+    a, values = node.inputs[0], node.inputs[1]
+    rows = int(np.prod(a.shape[:-1], dtype=np.int64))
+    return 2 * rows * values.size + _epilogue(node, (4,))
+
+
 def _conv_transpose(node: Node) -> int:
     x, y = node.inputs[0], node.outputs[0]
     taps = int(np.prod(node.inputs[1].shape[2:], dtype=np.int64))
@@ -147,8 +162,10 @@ def _fused(node: Node) -> int:
     return len(node.attrs["program"]) * _out(node)
 
 
-FLOP_RULES = {"Conv": _conv, "ConvTranspose": _conv_transpose, "MatMul": _matmul,
-              "Gemm": _gemm, "PackedGemm": _packed_gemm, "WindowPool": _window_pool, "MaxPoolWithIndices": _window_pool,
+FLOP_RULES = {"Conv": _conv, "WinogradConv": _winograd_conv, "ConvTranspose": _conv_transpose,
+              "MatMul": _matmul, "Gemm": _gemm, "PackedGemm": _packed_gemm,
+              "SparseGemm": _sparse_gemm, "WindowPool": _window_pool,
+              "MaxPoolWithIndices": _window_pool,
               "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent, "Einsum": _einsum,
               "Fused": _fused}
 

@@ -24,8 +24,9 @@ import numpy as np
 
 from ..ir.loops import Get, as_expr, logical_and, maximum, minimum, select
 from .elementwise import loop_kind
-from .epilogue import apply_activation
+from .epilogue import apply_activation, is_heavy
 from .matmul import SMALL_N, GemmShape, GemmTiles, Operand, Output, default_tiles, emit_gemm
+from .conv_skinny import SKINNY_COLUMNS, emit_skinny_gemm, skinny_vectors
 from .registry import lowering
 from .schedule import default_rule, search_space
 
@@ -126,6 +127,20 @@ class ConvSchedule:
     split: str = "columns"
     blocks: int = 1
     parallel: bool = False
+    # fewer than SKINNY_COLUMNS columns: kernels/conv_skinny.py's tiles of `vectors`
+    # vectors of `lanes` output channels (when the weights are constant; else the column
+    # tiles, or below SMALL_N columns the dot products)
+    lanes: int = 0
+    vectors: int = 0
+    # Winograd F(m x m, 3x3) (kernels/winograd.py) with items of `tile_rows` rows of
+    # tiles when m > 0; `tiles` are then those of its (OC, tile_rows * tiles per row, C)
+    # GEMMs. 0: the implicit GEMM.
+    winograd: int = 0
+    tile_rows: int = 0
+    # True: each phase is a parallel loop of its own over all items (for planes of fewer
+    # items than threads); False: one parallel loop over items (an item's V and M stay in
+    # cache between its phases)
+    winograd_phases: bool = False
 
 
 def conv_gemm_shape(node) -> tuple[GemmShape, int]:
@@ -141,19 +156,104 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
     shape, pieces = conv_gemm_shape(node)
     tiles = default_tiles(shape)
     flops = 2 * shape.M * shape.N * shape.K * pieces
-    if flops < PARALLEL_MIN_FLOPS or shape.N < SMALL_N:
-        return ConvSchedule(tiles, parallel=pieces > 1 and flops >= PARALLEL_MIN_FLOPS)
+    if shape.N < SKINNY_COLUMNS:
+        lanes = spec.vector_bits // 32
+        return ConvSchedule(tiles, parallel=pieces > 1 and flops >= PARALLEL_MIN_FLOPS,
+                            lanes=lanes, vectors=skinny_vectors(shape.N, shape.M, lanes,
+                                                                spec.vector_registers))
+    if flops < PARALLEL_MIN_FLOPS:
+        return ConvSchedule(tiles)
+    if winograd_eligible(node) and winograd_tile_size(node):
+        return winograd_schedule(node, winograd_tile_size(node))
     blocks = -(-TARGET_ITEMS // pieces)
     if shape.N >= blocks * 2 * tiles.nr:
         return ConvSchedule(tiles, "columns", blocks, True)
     return ConvSchedule(tiles, "rows", max(1, min(blocks, shape.M // (2 * tiles.mr))), True)
 
 
+# ---------------------------------------------------------------- Winograd or direct
+
+WINOGRAD_SIZES = (4, 2)  # output tile sizes m of F(m x m, 3x3)
+# Below these the transforms cost more than the multiplies they save. znver3, 1 thread,
+# direct -> Winograd: 16 channels at 160x160 1.44 -> 1.07 ms, 32 at 80x80 1.45 -> 0.78,
+# 256 at 14x14 (16 tiles) 2.80 -> 1.37, but 256 at 12x12 (9 tiles) 2.18 -> 2.47.
+WINOGRAD_MIN_CHANNELS = 16
+WINOGRAD_MIN_TILES = 16
+
+
+def winograd_eligible(node) -> bool:
+    """A stride-1, dilation-1, ungrouped 2-D 3x3 conv with constant weights."""
+    a = node.attrs
+    return (list(a.get("kernel_shape", ())) == [3, 3] and list(a["strides"]) == [1, 1]
+            and list(a["dilations"]) == [1, 1] and a["group"] == 1
+            and node.inputs[1].is_const and "skinny_width" not in a)
+
+
+def winograd_tile_size(node) -> int:
+    """F(4x4, 3x3) where its tiles are enough and few outputs of edge tiles are thrown
+    away; else F(2x2, 3x3) (2.25x fewer multiplies instead of 4x) for small planes on the
+    same conditions; 0: the direct conv. The conditions keep the GEMMs' columns filling
+    register tiles, and enough channels that the GEMMs dominate the transforms. znver3, 1
+    thread, direct -> F(2x2): 256 channels at 10x10 1.58 -> 0.71 ms, 512 at 7x7 3.20 ->
+    1.79 ms; at 14x14 F(4x4) beats F(2x2), 1.37 vs 1.55 ms."""
+    y = node.outputs[0]
+    if min(node.inputs[1].shape[1], y.shape[1]) < WINOGRAD_MIN_CHANNELS:
+        return 0
+    for m in (4, 2):
+        th, tw = (-(-d // m) for d in y.shape[2:])
+        if th * tw >= WINOGRAD_MIN_TILES and th * tw * m * m <= 1.35 * y.shape[2] * y.shape[3]:
+            return m
+    return 0
+
+
+def winograd_tile_rows(tile_rows_total: int, tiles_per_row: int) -> int:
+    """Rows of tiles per work item. Each item streams all of U (36 x OC x C weights) once,
+    so narrow items are slow (128 channels at 28x28 on znver3: 49 columns 1.04 ms, 28
+    columns 1.79 ms, 14 columns 3.9 ms); items past ~128 columns spill V and M from L2
+    (64 channels at 56x56: 98 columns 1.30 ms, 196 columns 1.57 ms). Dummy rows of tiles
+    that pad the last item cost their share."""
+    best, best_cost = 1, math.inf
+    for r in range(1, tile_rows_total + 1):
+        padded = -(-tile_rows_total // r) * r
+        cols = r * tiles_per_row
+        cost = padded / tile_rows_total * (1 + 100 / cols) * (1 + max(0, cols - 128) / 128)
+        if cost < best_cost:
+            best, best_cost = r, cost
+    return best
+
+
+# Fewer items than this run each phase as a parallel loop of its own (3 fork/joins): on
+# znver3 at 2 threads 128 channels at 28x28 (1 item) 1.07 -> 0.56 ms, 64 at 112x112
+# (7 items, uneven) 4.3 -> 3.8 ms; with 28 items (64 at 224x224) items win, 12.6 vs 13.7 ms.
+WINOGRAD_MIN_ITEMS = 16
+
+
+def winograd_schedule(node, m: int, tile_rows: int | None = None,
+                      tiles: GemmTiles | None = None, phases: bool | None = None) -> ConvSchedule:
+    y = node.outputs[0]
+    c, oc = node.inputs[1].shape[1], y.shape[1]
+    th, tw = (-(-d // m) for d in y.shape[2:])
+    rows = tile_rows or winograd_tile_rows(th, tw)
+    items = y.shape[0] * -(-th // rows)
+    tiles = tiles or default_tiles(GemmShape(oc, rows * tw, c))
+    phases = items < WINOGRAD_MIN_ITEMS if phases is None else phases
+    return ConvSchedule(tiles, "columns", 1, True, winograd=m, tile_rows=rows,
+                        winograd_phases=phases)
+
+
 @search_space("Conv")
 def conv_space(node, spec) -> list[ConvSchedule]:
     shape, _ = conv_gemm_shape(node)
     base = default_conv_schedule(node, spec)
-    out = []
+    out = [base] if base.lanes else []
+    if winograd_eligible(node) and shape.N >= SKINNY_COLUMNS:
+        # a direct schedule stays in the space below: the tuner measures both algorithms
+        for m in WINOGRAD_SIZES:
+            out.append(winograd_schedule(node, m))
+            out.append(winograd_schedule(node, m, phases=not out[-1].winograd_phases))
+            for mr, nr in ((6, 16), (4, 24), (3, 32)):
+                out.append(winograd_schedule(node, m, tiles=GemmTiles(
+                    mr, nr, min(shape.K // 9, 256), 64 * nr)))
     for mr, nr in ((6, 16), (4, 16), (4, 24), (3, 32), (2, 32), (1, 64)):
         if mr > shape.M or shape.N < SMALL_N:
             continue
@@ -217,11 +317,15 @@ def lower_conv(node, kb, ins, outs):
         row0 = g * ocg
         if wide is None:
             out = Output(y, lambda m, p0: (n * OC + row0 + m) * P + p0,
-                         lambda m: epilogue(n, row0 + m))
+                         lambda m: epilogue(n, row0 + m), heavy=is_heavy(act))
         else:
             out = Output(wide, lambda m, p0: (n * OC + row0 + m) * P + p0)
-        _block_gemm(kb, sched, shape, blk, _weights(w, g, ocg, kred, node.attrs),
-                    Operand(xq, lambda k, p: x_base + koff[k] + p), out, y.dtype)
+        if "skinny_width" in node.attrs:
+            emit_skinny_gemm(kb, w, g, ocg, P, kred, sched.lanes, sched.vectors, xq,
+                             lambda k: x_base + koff[k], out)
+        else:
+            _block_gemm(kb, sched, shape, blk, _weights(w, g, ocg, kred, node.attrs),
+                        Operand(xq, lambda k, p: x_base + koff[k] + p), out, y.dtype)
     if wide is not None:
         _crop(kb, y, wide, q_shape, epilogue, kind)
 
@@ -236,12 +340,13 @@ def _block_gemm(kb, sched, shape, blk, a, b, out, dtype):
             part = GemmShape(shape.M, width, shape.K)
             a_part, b_part = a, Operand(b.buf, lambda k, p: b.base(k, p + off), b.step)
             out_part = Output(out.buf, lambda m, p0: out.start(m, p0 + off),
-                              out.row_epilogue and (lambda m: _shifted(out.finisher(m), off)))
+                              out.row_epilogue and (lambda m: _shifted(out.finisher(m), off)),
+                              out.heavy)
         else:
             part = GemmShape(width, shape.N, shape.K)
             a_part, b_part = Operand(a.buf, lambda m, k: a.base(m + off, k), a.step), b
             out_part = Output(out.buf, lambda m, p0: out.start(m + off, p0),
-                              out.row_epilogue and (lambda m: out.finisher(m + off)))
+                              out.row_epilogue and (lambda m: out.finisher(m + off)), out.heavy)
         emit_gemm(kb, part, a_part, b_part, out_part, dtype, sched.tiles)
 
     if count == 1:

@@ -219,19 +219,25 @@ def scalar_expr(op: str, attrs: dict, args: list) -> L.Expr:
     return SCALAR[op](attrs, *args)
 
 
+def run_program(program: list, inputs) -> L.Expr:
+    """The value of a Fused node's program (passes/fuse_elementwise.py) given its inputs'
+    values (`inputs[k]` for ("input", k))."""
+    values: list = []
+    for op, attrs, args in program:
+        vals = [None if a is None else inputs[a[1]] if a[0] == "input" else values[a[1]]
+                for a in args]
+        while vals and vals[-1] is None:
+            vals.pop()
+        values.append(scalar_expr(op, attrs, vals))
+    return values[-1]
+
+
 @lowering("Fused")
 def lower_fused(node, kb, ins, outs):
     out = outs[0]
     with kb.loops(out.shape, kind=loop_kind(out.size)) as idx:
         loads = [b[broadcast_index(idx, b.shape, out.shape)] for b in ins]
-        values: list = []
-        for op, attrs, args in node.attrs["program"]:
-            vals = [None if a is None else loads[a[1]] if a[0] == "input" else values[a[1]]
-                    for a in args]
-            while vals and vals[-1] is None:
-                vals.pop()
-            values.append(scalar_expr(op, attrs, vals))
-        kb.store(out, idx, values[-1])
+        kb.store(out, idx, run_program(node.attrs["program"], loads))
 
 
 @lowering(*SCALAR)

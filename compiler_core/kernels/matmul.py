@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from ..ir.loops import INDEX, Buf, Expr, Get, as_expr, minimum, select
-from .epilogue import apply_activation
+from .epilogue import apply_activation, is_heavy
 from .elementwise import loop_kind
 from .registry import lowering
 
@@ -57,10 +57,14 @@ class Output:
 
     row_epilogue(m), if given, is called once per row and returns the (value, n) -> value
     function every element of that row goes through (bias, activation); it may emit locals.
+    A `heavy` epilogue (a sigmoid, say) does not run on the register tiles, where it would
+    keep LLVM's SLP vectorizer from vectorizing the tile, but in a vectorized sweep over
+    each block of finished tiles while they are still in cache.
     """
     buf: Buf
     start: Callable[[Expr, Expr], Expr]
     row_epilogue: Callable[[Expr], Callable[[Expr, Expr], Expr]] | None = None
+    heavy: bool = False
 
     def finisher(self, m):
         return self.row_epilogue(m) if self.row_epilogue is not None else (lambda v, n: v)
@@ -125,7 +129,7 @@ class _TiledGemm:
             self._column_blocks((c * size, minimum(c * size + size, as_expr(K))), c)
         if self.out.row_epilogue is not None:
             with self.kb.loop(self.shape.M, name="m") as m:
-                self._finish_row(m)
+                self._finish_row(m, as_expr(0), self.shape.N)
 
     def _column_blocks(self, k_range, chunk):
         full, tail = divmod(self.shape.N, self.nc)
@@ -142,9 +146,19 @@ class _TiledGemm:
         full, tail = divmod(self.shape.M, self.mr)
         if full:
             with self.kb.loop(full, name="mb") as mb:
-                self._column_tiles(mb * self.mr, self.mr, n_lo, width, k_range, chunk)
+                self._row_block(mb * self.mr, self.mr, n_lo, width, k_range, chunk)
         if tail:
-            self._column_tiles(as_expr(full * self.mr), tail, n_lo, width, k_range, chunk)
+            self._row_block(as_expr(full * self.mr), tail, n_lo, width, k_range, chunk)
+
+    def _row_block(self, m0, mr, n_lo, width, k_range, chunk):
+        self._column_tiles(m0, mr, n_lo, width, k_range, chunk)
+        if chunk is None and self._sweeps_epilogue:
+            with self.kb.loop(mr, name="m") as i:
+                self._finish_row(m0 + i, n_lo, width)
+
+    @property
+    def _sweeps_epilogue(self) -> bool:
+        return self.out.row_epilogue is not None and self.out.heavy
 
     def _column_tiles(self, m0, mr, n_lo, width, k_range, chunk):
         full, tail = divmod(width, self.nr)
@@ -169,9 +183,10 @@ class _TiledGemm:
                 a_val = kb.local(dtype, a.buf.flat(Get(a_at) + i * a.step), "a")
                 for j in range(nr):
                     kb.set(acc[i][j], Get(acc[i][j]) + Get(a_val) * Get(b_row[j]))
+        raw = chunk is not None or self._sweeps_epilogue
         for i in range(mr):
             at = kb.local(INDEX, out.start(m0 + i, n0), "c_at")
-            finish = out.finisher(m0 + i) if chunk is None else (lambda v, n: v)
+            finish = (lambda v, n: v) if raw else out.finisher(m0 + i)
             for j in range(nr):
                 kb.store_flat(out.buf, Get(at) + j, finish(Get(acc[i][j]), n0 + j))
 
@@ -184,13 +199,14 @@ class _TiledGemm:
         return [kb.local(self.dtype, select(first, zero, self.out.buf.flat(Get(at) + j)))
                 for j in range(nr)]
 
-    def _finish_row(self, m):
-        """The epilogue of a chunked GEMM: one vectorizable pass over each finished row."""
+    def _finish_row(self, m, n_lo, width):
+        """The epilogue over `width` finished columns of row m from n_lo, in one vectorizable
+        loop (a chunked GEMM's, once the last chunk is done; a heavy one's)."""
         kb, out = self.kb, self.out
-        at = kb.local(INDEX, out.start(m, as_expr(0)), "c_at")
+        at = kb.local(INDEX, out.start(m, n_lo), "c_at")
         finish = out.finisher(m)
-        with kb.loop(self.shape.N, name="n") as n:
-            kb.store_flat(out.buf, Get(at) + n, finish(out.buf.flat(Get(at) + n), n))
+        with kb.loop(width, name="n") as n:
+            kb.store_flat(out.buf, Get(at) + n, finish(out.buf.flat(Get(at) + n), n_lo + n))
 
 
 def _emit_dot_products(kb, shape, a, b, out, dtype):
@@ -265,8 +281,8 @@ def lower_gemm(node, kb, ins, outs):
             return apply_activation(act, value)
         return finish
 
-    emit_gemm(kb, GemmShape(M, N, K), a_op, b_op, Output(y, lambda m, n0: m * N + n0, row_epilogue),
-              y.dtype)
+    emit_gemm(kb, GemmShape(M, N, K), a_op, b_op,
+              Output(y, lambda m, n0: m * N + n0, row_epilogue, is_heavy(act)), y.dtype)
 
 
 def _broadcast2(shape, m, n) -> tuple:

@@ -11,6 +11,9 @@ Per direction the kernel does two things:
    (`row[g] += h[i] * RT[i, g]`, two batch entries sharing each weight load), then the
    gates are applied elementwise.
 
+The two directions of a bidirectional node are the two items of a parallel loop (each
+with its own scratch): at 2 threads each core runs one direction with its weights.
+
 Both products run over contiguous gates in the row and in the weights, which the converter
 transposed to [dirs, in, gates*H]; LLVM turns the inner loops into vector FMAs. The hidden
 and cell states live directly in the Y_h / Y_c outputs.
@@ -22,15 +25,23 @@ multiplied by them afterwards: two passes over the row instead of a multiply per
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from ..ir.loops import INDEX, Buf, Const, as_expr, cast, maximum, minimum
+from ..ir.loops import INDEX, Buf, Const, Get, as_expr, broadcast, cast, maximum, minimum
 from .elementwise import SCALAR
 from .fastmath import math_call
 from .registry import lowering
 
 ROWS_PER_SWEEP = 4  # weight rows applied per pass over a gate row: a quarter of its loads/stores
 ROWS_SHARING_WEIGHTS = 2  # gate rows (time steps, batch entries) per pass over weight rows
+# a direction's products worth a thread of their own: a fork and join costs a few us, a
+# direction of this size ~5 us at 1 thread
+PARALLEL_DIRECTION_FLOPS = 200_000
+# accumulator vectors per register tile of the recurrent product, split among the rows
+# sharing the weights: an FMA's latency times the two FMA ports is 8 independent chains on
+# znver3, and 12 leave room (of AVX2's 16 registers) for the broadcast and a weight
+TILE_ACCUMULATORS = 12
 
 
 # ---------------------------------------------------------------- activations
@@ -67,6 +78,12 @@ class Cell:
     layout: int
     clip: float | None
     scales: dict = field(default_factory=dict)  # id(wt or rt) -> int8 scales [dirs, gates*H]
+    direction: int = 0  # which direction's part of proj and row this view uses
+
+    def of_direction(self, d: int) -> "Cell":
+        """The same cell seeing direction d's part of the scratch: every direction has its
+        own projections and rows, so the directions can run on different threads."""
+        return dataclasses.replace(self, direction=d)
 
     @property
     def seq(self) -> int:
@@ -94,7 +111,15 @@ class Cell:
         return lambda j: self.h[self.state_index(d, b, j)]
 
     def proj_start(self, t, b):
-        return (t * self.batch + b) * self.width
+        return ((self.direction * self.seq + t) * self.batch + b) * self.width
+
+    def row_start(self, b):
+        """GRU's row of batch entry b (4H: the hidden parts of z, r, h, then r or r * h)."""
+        return (self.direction * self.batch + b) * 4 * self.hidden
+
+    def direction_flops(self) -> int:
+        """Multiply-adds of one direction's products, times two."""
+        return 2 * self.seq * self.batch * (self.wt.shape[1] + self.rt.shape[1]) * self.width
 
     def clipped(self, e):
         if self.clip is None:
@@ -120,8 +145,14 @@ class Cell:
         scale = self.scales.get(id(weights))
         for start in starts if scale is not None else []:
             self.rescale(out, start, n, lambda g: scale[d, col + g], divide=True)
-        in_sweeps(self.kb, length, lambda first, count: self.sweep_rows(
-            out, starts, n, weights, d, col, vec_ats, first, count))
+        lanes = self.kb.lanes(out.dtype)
+        tiled = n // lanes * lanes
+        if tiled:
+            self.tile_rows(out, starts, tiled, weights, d, col, vec_ats, length)
+        if n > tiled:  # the last n % lanes columns, in sweeps
+            in_sweeps(self.kb, length, lambda first, count: self.sweep_rows(
+                out, [start + tiled for start in starts], n - tiled, weights, d, col + tiled,
+                vec_ats, first, count))
         for start in starts if scale is not None else []:
             self.rescale(out, start, n, lambda g: scale[d, col + g], divide=False)
 
@@ -129,6 +160,49 @@ class Cell:
         with self.kb.loop(n) as g:
             value, scale = out.flat(start + g), scale_of(g)
             self.kb.store(out, start + g, value / scale if divide else value * scale)
+
+    def tile_rows(self, out, starts, n, weights, d, col, vec_ats, length):
+        """For each (start, vec_at): out[start + g] += sum_i vec(i) * W[d, i, col + g], for
+        g < n (whole vectors), in register tiles of up to TILE_ACCUMULATORS vectors: the
+        partial sums stay in registers for the whole reduction over i, so each weight is one
+        vector load and one FMA per row sharing it (the sweeps also load and store the
+        output row every ROWS_PER_SWEEP weight rows). A tile with few vectors splits the
+        reduction into interleaved chains (even and odd i, ...) so that the FMAs do not
+        wait for each other. This is the recurrence's per-step product, on its critical
+        path."""
+        kb, dtype = self.kb, out.dtype
+        lanes = kb.lanes(dtype)
+        per_row = max(1, TILE_ACCUMULATORS // len(starts))
+        for v0 in range(0, n // lanes, per_row):
+            offsets = [(v0 + j) * lanes for j in range(min(per_row, n // lanes - v0))]
+            chains = max(1, min(length, per_row // len(offsets)))
+            acc = [[[kb.local(dtype, out.vec(start + off, lanes) if c == 0 else 0.0, "acc", lanes)
+                     for off in offsets] for start in starts] for c in range(chains)]
+            whole = length // chains
+            with kb.loop(whole, kind="scalar", name="i") as i:
+                for c in range(chains):
+                    self._tile_step(acc[c], weights, d, col, offsets, vec_ats, i * chains + c)
+            with kb.loop(length, start=whole * chains, kind="scalar", name="i") as i:
+                self._tile_step(acc[0], weights, d, col, offsets, vec_ats, i)
+            for r, start in enumerate(starts):
+                for j, off in enumerate(offsets):
+                    total = Get(acc[0][r][j])
+                    for c in range(1, chains):
+                        total = total + Get(acc[c][r][j])
+                    kb.store_flat(out, start + off, total)
+
+    def _tile_step(self, acc, weights, d, col, offsets, vec_ats, i):
+        """acc[row][j] += vec_row(i) * W[d, i, col + offsets[j] : + lanes]."""
+        kb = self.kb
+        dtype, lanes = acc[0][0].dtype, acc[0][0].lanes
+        _, rows, width = weights.shape
+        at = kb.local(INDEX, (d * rows + i) * width + col, "w_at")
+        w = [kb.local(dtype, cast(weights.vec(Get(at) + off, lanes), dtype), "w", lanes)
+             for off in offsets]
+        for row_acc, vec_at in zip(acc, vec_ats):
+            v = broadcast(vec_at(i), lanes)
+            for a, wj in zip(row_acc, w):
+                kb.set(a, Get(a) + v * Get(wj))
 
     def sweep_rows(self, out, starts, n, weights, d, col, vec_ats, first, count):
         """For each (start, vec_at) pair: out[start + g] += sum_u vec(first + u) * W[first + u, g].
@@ -165,7 +239,9 @@ class Cell:
 
         def rows(r0, n_rows):
             rs = [r0 + k for k in range(n_rows)]
-            self.sweep_rows(self.proj, [r * self.width for r in rs], self.width, self.wt, d, 0,
+            # r numbers the (t, b) pairs, so proj_start(0, r) is row (t, b)
+            self.sweep_rows(self.proj, [self.proj_start(0, r) for r in rs], self.width,
+                            self.wt, d, 0,
                             [self._x_row(r) for r in rs], first, count)
 
         with self.kb.loop(whole // ROWS_SHARING_WEIGHTS) as block:
@@ -202,6 +278,22 @@ def _init_state(cell: Cell, state: Buf, initial: Buf | None, d):
     with kb.loop(cell.batch) as b, kb.loop(cell.hidden) as j:
         idx = cell.state_index(d, b, j)
         kb.store(state, idx, initial[idx] if initial is not None else as_expr(0, state.dtype))
+
+
+def per_direction(cell: Cell, directions, body):
+    """body(cell viewing direction d, d, direction) for each direction. Two directions
+    are independent until the end: a parallel loop of two items gives each its own
+    thread, always the same one, so each core keeps its direction's weights in its own
+    L2 call after call (one thread runs them one after the other, as before)."""
+    if len(directions) == 1:
+        body(cell.of_direction(0), 0, directions[0])
+        return
+    kind = "parallel" if cell.direction_flops() >= PARALLEL_DIRECTION_FLOPS else "serial"
+    with cell.kb.loop(2, kind=kind, name="direction") as item:
+        with cell.kb.if_(item.eq(0)) as branch:
+            body(cell.of_direction(0), 0, directions[0])
+        with cell.kb.else_(branch):
+            body(cell.of_direction(1), 1, directions[1])
 
 
 def _time_loop(cell: Cell, d, direction, prepare, update):
@@ -248,21 +340,24 @@ def lower_lstm(node, kb, ins, outs):
     cell = _make_cell(node, kb, ins, outs)
     initial_h, initial_c, peep = ins[5], ins[6], ins[7]
     c, H = outs[2], cell.hidden
-    for d, direction in enumerate(node.attrs["directions"]):
+
+    def direction_body(cell, d, direction):
         f, g, h = (activation(*a) for a in node.attrs["activations"][d])
         _init_state(cell, cell.h, initial_h, d)
         _init_state(cell, c, initial_c, d)
-        cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0, 4 * H)))
+        cell.project_inputs(d, lambda k: cell.bias_sum(d, k, (0, 4 * H)))
 
-        def prepare(pairs, d=d):
+        def prepare(pairs):
             cell.accumulate(cell.proj, [cell.proj_start(t, b) for b, t in pairs], 4 * H,
                             cell.rt, d, 0, [cell.state(d, b) for b, _ in pairs], H)
 
-        def update(b, t, d=d, f=f, g=g, h=h):
+        def update(b, t):
             with kb.loop(H) as j:
                 _lstm_update(node, cell, c, peep, d, b, t, j, cell.proj_start(t, b), (f, g, h))
 
         _time_loop(cell, d, direction, prepare, update)
+
+    per_direction(cell, node.attrs["directions"], direction_body)
 
 
 def _lstm_update(node, cell, c, peep, d, b, t, j, start, funcs):
@@ -298,24 +393,27 @@ def lower_gru(node, kb, ins, outs):
     r * h_prev, or r alone when linear_before_reset, where r scales the hidden part of h."""
     cell = _make_cell(node, kb, ins, outs)
     H, lbr = cell.hidden, node.attrs["linear_before_reset"]
-    for d, direction in enumerate(node.attrs["directions"]):
+
+    def direction_body(cell, d, direction):
         f, g = (activation(*a) for a in node.attrs["activations"][d])
         _init_state(cell, cell.h, ins[5], d)
-        cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0,)))
+        cell.project_inputs(d, lambda k: cell.bias_sum(d, k, (0,)))
 
-        def prepare(pairs, d=d, f=f):
+        def prepare(pairs):
             _gru_hidden_parts(cell, d, pairs, f, lbr)
 
-        def update(b, t, d=d, f=f, g=g):
+        def update(b, t):
             with kb.loop(H) as j:
                 _gru_update(cell, d, b, t, j, (f, g), lbr)
 
         _time_loop(cell, d, direction, prepare, update)
 
+    per_direction(cell, node.attrs["directions"], direction_body)
+
 
 def _gru_hidden_parts(cell, d, pairs, f, lbr):
     kb, H, row = cell.kb, cell.hidden, cell.row
-    starts = [b * 4 * H for b, _ in pairs]
+    starts = [cell.row_start(b) for b, _ in pairs]
     states = [cell.state(d, b) for b, _ in pairs]
     hidden_rows = 3 * H if lbr else 2 * H
     for start in starts:
@@ -337,7 +435,7 @@ def _gru_hidden_parts(cell, d, pairs, f, lbr):
 def _gru_update(cell, d, b, t, j, funcs, lbr):
     kb, H, row, proj = cell.kb, cell.hidden, cell.row, cell.proj
     f, g = funcs
-    start, row_start = cell.proj_start(t, b), b * 4 * H
+    start, row_start = cell.proj_start(t, b), cell.row_start(b)
     hidden = lambda k: row.flat(row_start + k * H + j)  # gate k's hidden part
     z = kb.local(row.dtype, f(cell.clipped(proj.flat(start + j) + hidden(0))), "z")
     hidden_part = hidden(3) * hidden(2) if lbr else hidden(2)
@@ -355,16 +453,17 @@ def _gru_update(cell, d, b, t, j, funcs, lbr):
 def lower_rnn(node, kb, ins, outs):
     cell = _make_cell(node, kb, ins, outs)
     H = cell.hidden
-    for d, direction in enumerate(node.attrs["directions"]):
+
+    def direction_body(cell, d, direction):
         (f,) = (activation(*a) for a in node.attrs["activations"][d])
         _init_state(cell, cell.h, ins[5], d)
-        cell.project_inputs(d, lambda k, d=d: cell.bias_sum(d, k, (0, H)))
+        cell.project_inputs(d, lambda k: cell.bias_sum(d, k, (0, H)))
 
-        def prepare(pairs, d=d):
+        def prepare(pairs):
             cell.accumulate(cell.proj, [cell.proj_start(t, b) for b, t in pairs], H, cell.rt,
                             d, 0, [cell.state(d, b) for b, _ in pairs], H)
 
-        def update(b, t, d=d, f=f):
+        def update(b, t):
             start = cell.proj_start(t, b)
             with kb.loop(H) as j:
                 h_new = kb.local(cell.y.dtype, f(cell.clipped(cell.proj.flat(start + j))), "h_new")
@@ -372,3 +471,5 @@ def lower_rnn(node, kb, ins, outs):
                 kb.store(cell.y, cell.y_index(t, d, b, j), kb.get(h_new))
 
         _time_loop(cell, d, direction, prepare, update)
+
+    per_direction(cell, node.attrs["directions"], direction_body)

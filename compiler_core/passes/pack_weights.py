@@ -9,6 +9,8 @@ A register tile multiplies MR output channels (the schedule's tiles.mr) at a tim
 packed layout puts them next to each other:
     packed[g, m // MR, k, m % MR] = W[g * OCg + m, k]      (rows padded with zeros to MR)
 so each tile reads one sequential stream. The Conv node gets attrs["packed_mr"] = MR.
+A Conv whose schedule says skinny (few output columns) gets panels of output channels instead
+(kernels/conv_skinny.py) and attrs["skinny_width"].
 Runs after fold_batchnorm, which needs the weights in ONNX layout.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ import dataclasses
 import numpy as np
 
 from ..ir import Graph, Node, Value
+from ..kernels.conv_skinny import pack_skinny_weights
 from ..kernels.matmul import SMALL_N
 from ..kernels.packed_gemm import pack_panels
 
@@ -43,11 +46,17 @@ def _packed_dense(n: Node) -> Node:
 
 
 def _packable(n: Node) -> bool:
-    """Constant weights of a Conv whose GEMM is tiled (not the few-column dot products)."""
-    if n.op != "Conv" or not n.inputs[1].is_const or "packed_mr" in n.attrs:
+    """Constant weights of a Conv not packed yet (a tiled GEMM, or a skinny one whose
+    schedule says how wide its panels are)."""
+    if n.op != "Conv" or not n.inputs[1].is_const:
         return False
-    columns = n.outputs[1].shape[1] if len(n.outputs) > 1 else np.prod(n.outputs[0].shape[2:])
-    return columns >= SMALL_N
+    if "packed_mr" in n.attrs or "skinny_width" in n.attrs:
+        return False
+    return _columns(n) >= SMALL_N or n.schedule.lanes > 0
+
+
+def _columns(n: Node) -> int:
+    return n.outputs[1].shape[1] if len(n.outputs) > 1 else int(np.prod(n.outputs[0].shape[2:]))
 
 
 def packed_conv_weights(w: np.ndarray, group: int, mr: int) -> tuple[np.ndarray, int]:
@@ -65,6 +74,12 @@ def packed_conv_weights(w: np.ndarray, group: int, mr: int) -> tuple[np.ndarray,
 
 def _packed(n: Node) -> Node:
     w = n.inputs[1]
+    if n.schedule.lanes:
+        width = n.schedule.lanes * n.schedule.vectors
+        data = pack_skinny_weights(w.const, n.attrs["group"], width)
+        inputs = list(n.inputs)
+        inputs[1] = Value(f"{w.name}_panels", data.shape, w.dtype, const=data)
+        return dataclasses.replace(n, inputs=inputs, attrs=dict(n.attrs, skinny_width=width))
     data, mr = packed_conv_weights(w.const, n.attrs["group"], n.schedule.tiles.mr)
     packed = Value(f"{w.name}_packed", data.shape, w.dtype, const=data)
     inputs = list(n.inputs)

@@ -11,11 +11,12 @@ from .dense_weights import use_packed_gemm
 from .dce import eliminate_dead_code
 from .finalize_outputs import finalize_outputs
 from .fold_batchnorm import fold_batchnorm
-from .fuse_activation import fuse_activation
+from .fuse_activation import fuse_activation, fuse_epilogue
 from .fuse_elementwise import fuse_elementwise
 from .pack_weights import pack_weights
 from .sparse_weights import use_sparse_weights_for
 from .weight_precision import store_weights_as
+from .winograd_convs import use_winograd
 
 Pass = Callable[[Graph], Graph]
 
@@ -25,9 +26,9 @@ PIPELINES: dict[str, list] = {
     "O0": [finalize_outputs, eliminate_dead_code, assign_schedules_for],
     "O1": [eliminate_dead_code, fold_batchnorm, use_packed_gemm, fuse_activation,
            eliminate_common_subexpressions, use_sparse_weights_for, finalize_outputs,
-           eliminate_dead_code, assign_schedules_for, pack_weights],
+           eliminate_dead_code, assign_schedules_for, use_winograd, pack_weights],
 }
-PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise]
+PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise, fuse_epilogue]
 PIPELINES["O3"] = PIPELINES["O2"]
 
 

@@ -7,11 +7,14 @@ by a cost estimate whether the block-sparse kernel beats the dense one; matrices
 * PackedGemm (MatMul/Gemm with a constant weight, not yet packed, no residual): its
   W (K, N) is looked at as (N, K) = W^T and, when sparse wins, the node becomes SparseGemm
   with the same bias and activation.
-* A single-step GRU (linear_before_reset=1) or LSTM whose W or R is worth it: the step
-  becomes products over [x, h] with [W | R] for the gates whose two parts are summed (all
-  four of LSTM, z and r of GRU) and, for GRU's new gate, x @ W_n^T and h @ R_n^T apart;
-  each SparseGemm or PackedGemm as its own matrix decides; then a gate kernel
-  (kernels/recurrent_step.py). Multi-step sequences,
+* A single-step GRU (linear_before_reset=1) or LSTM, sparse or dense: the step becomes
+  products over [x, h] with [W | R] for the gates whose two parts are summed (all four of
+  LSTM, z and r of GRU) and, for GRU's new gate, x @ W_n^T and h @ R_n^T apart; each
+  SparseGemm or PackedGemm as its own matrix decides; then a gate kernel
+  (kernels/recurrent_step.py). Dense steps take this form too: a batch-1 step is
+  matrix-vector products, which PackedGemm streams in register tiles and splits over
+  threads by static ranges of output columns (each thread's weights stay in its core's
+  L2 call after call), while the recurrent kernel runs on one thread. Multi-step sequences,
   sequence_lens, clipping, peepholes and bidirectional nodes keep the recurrent kernel.
 
 A specialized node records what was decided in attrs["sparsity"] (the weight, its block
@@ -19,6 +22,7 @@ shape and density, the estimated speedup); meta.json lists them (`sparse_layers`
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -41,12 +45,13 @@ def use_sparse_weights_for(spec: MachineSpec):
 
 
 def _rewrite(n: Node, lanes: int) -> list[Node] | None:
-    if n.guards:
-        return None
-    if n.op == "PackedGemm" and not n.attrs.get("packed") and _no_residual(n):
+    if n.op == "PackedGemm" and not n.attrs.get("packed") and _no_residual(n) and not n.guards:
         return _sparse_gemm(n, lanes)
     if n.op in ("GRU", "LSTM") and _single_step(n):
-        return _recurrent_step(n, lanes)
+        # a step in a branch of an If (Silero VAD's, per sample rate) runs when the branch
+        # is taken: every node of its rewrite carries the same guards, and the values
+        # between them live only in that branch
+        return [dataclasses.replace(m, guards=n.guards) for m in _recurrent_step(n, lanes)]
     return None
 
 
@@ -90,19 +95,18 @@ def _single_step(n: Node) -> bool:
     x, lens, h0 = n.inputs[0], n.inputs[4], n.inputs[5]
     seq = x.shape[0] if a["layout"] == 0 else x.shape[1]
     simple = (seq == 1 and len(a["directions"]) == 1 and lens is None and h0 is not None
-              and a["clip"] is None and n.inputs[1].is_const and n.inputs[2].is_const)
+              and a["clip"] is None and n.inputs[1].is_const and n.inputs[2].is_const
+              and (n.inputs[3] is None or n.inputs[3].is_const))
     if n.op == "GRU":
         return simple and a["linear_before_reset"] == 1
     return (simple and not a["input_forget"] and n.inputs[6] is not None
             and (len(n.inputs) < 8 or n.inputs[7] is None))
 
 
-def _recurrent_step(n: Node, lanes: int) -> list[Node] | None:
+def _recurrent_step(n: Node, lanes: int) -> list[Node]:
     x, wt, rt, bias, _, h0 = n.inputs[:6]
     batch, width = math.prod(x.shape[:-1]), wt.shape[2]
     w_nk, r_nk = wt.const[0].T, rt.const[0].T
-    if best_block_shape(w_nk, batch, lanes) is None and best_block_shape(r_nk, batch, lanes) is None:
-        return None  # dense weights: the recurrent kernel stays
     wb, rb = ((np.zeros(width, np.float32),) * 2 if bias is None
               else (bias.const[0, :width], bias.const[0, width:]))
     hidden = n.attrs["hidden_size"]

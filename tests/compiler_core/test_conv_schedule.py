@@ -80,9 +80,11 @@ def test_two_threads_match_onnxruntime_and_one_thread(case):
 
 
 def test_big_convs_are_split_and_small_ones_are_not():
-    big = default_conv_schedule(conv_node(conv_model(1, 64, 64, 56, 3)), host_spec())
+    # (a 3x3 conv this size would be a Winograd one: tests/compiler_core/test_winograd.py)
+    big = default_conv_schedule(conv_node(conv_model(1, 64, 64, 56, 3, stride=2, pad=1)), host_spec())
     assert big.parallel and big.split == "columns" and big.blocks >= 4
-    deep = default_conv_schedule(conv_node(conv_model(1, 512, 512, 7, 3)), host_spec())
+    deep = default_conv_schedule(conv_node(conv_model(1, 512, 512, 14, 3, stride=2, pad=1)),
+                                 host_spec())
     assert deep.parallel and deep.split == "rows" and deep.blocks >= 2
     tiny = default_conv_schedule(conv_node(conv_model(1, 3, 4, 6, 3)), host_spec())
     assert not tiny.parallel and tiny.blocks == 1

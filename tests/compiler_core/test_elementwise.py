@@ -24,6 +24,21 @@ def test_binary_broadcast(op, shapes):
     assert_matches(m, {"a": a, "b": b})
 
 
+@pytest.mark.parametrize("exponent", [np.float32(2.0), np.array([2.0], F), np.int64(2),
+                                      np.float32(3.0), np.ones((2, 1, 1), F) * 2])
+def test_constant_exponents_match_and_squares_become_products(exponent):
+    from compiler_core.frontend.onnx import import_model
+
+    x = rand(3, 4, low=-2, high=2)
+    out = np.broadcast_shapes(x.shape, np.shape(exponent))
+    m = make_model([helper.make_node("Pow", ["x", "e"], ["y"])], [("x", F, x.shape)],
+                   [("y", F, out)], [("e", np.asarray(exponent))])
+    assert_matches(m, {"x": x})
+    ops = [n.op for n in import_model(m).nodes]
+    squares = float(np.asarray(exponent).reshape(-1)[0]) == 2.0 and out == x.shape
+    assert ("Mul" in ops and "Pow" not in ops) == squares
+
+
 @pytest.mark.parametrize("op", ["Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil",
                                 "Round", "Sign", "Erf", "Sin", "Cos", "Relu", "Sigmoid", "Tanh",
                                 "Softplus", "HardSwish", "Softsign"])

@@ -37,3 +37,11 @@ def test_settle_starts_each_turn_with_an_untimed_call():
                          warmup=0, min_runs=2, max_seconds=0.0, settle=True)
     assert log == ["a", "a", "b", "b"] * 2
     assert len(samples["a"]) == len(samples["b"]) == 2
+
+
+def test_settle_ms_keeps_calling_untimed_until_the_time_is_up():
+    log = []
+    samples = interleave({"a": sleeper(0.001, log, "a"), "b": sleeper(0.001, log, "b")},
+                         warmup=0, min_runs=1, max_seconds=0.0, settle=True, settle_ms=10.0)
+    assert len(samples["a"]) == len(samples["b"]) == 1
+    assert log[0] == "a" and log[-1] == "b" and 5 <= log.count("a") <= 12

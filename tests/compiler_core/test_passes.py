@@ -58,3 +58,42 @@ def test_memory_plan_reuses_dead_buffers():
     m = make_model(nodes, [("x", F, (1024,))], [("y", F, (1024,))])
     plan = plan_memory(import_model(m))
     assert plan.arena_size == 2 * 4096  # a and b alive together, then c reuses a's slot
+
+
+def _silu_after_conv(c, hw, k, extra_output=False):
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k],
+                              pads=[k // 2] * 4),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    inits = [("w", rand(16, c, k, k, seed=1) / k), ("b", rand(16, seed=2))]
+    outputs = [("y", F, (1, 16, hw, hw))] + ([("c", F, (1, 16, hw, hw))] if extra_output else [])
+    return make_model(nodes, [("x", F, (1, c, hw, hw))], outputs, inits)
+
+
+def test_silu_becomes_the_conv_epilogue():
+    # 1x1 (stored by the register tiles), 3x3 with padding (through the wide scratch), and a
+    # reduction long enough to be chunked (the epilogue runs once the last chunk is done, or
+    # in Winograd's output transform, where the default rule picks it)
+    for c, k in ((8, 1), (8, 3), (96, 3)):
+        m = _silu_after_conv(c, 12, k)
+        assert_matches(m, {"x": rand(1, c, 12, 12, seed=3)})
+        kernels = cc.compile(m).meta["kernels"]
+        assert [kn["op"] for kn in kernels if kn["op"] != "ConvPad"] in (
+            ["Conv"], ["WinogradConv"]), (c, k)
+
+
+def test_epilogue_is_not_fused_when_the_result_is_read_elsewhere():
+    m = _silu_after_conv(8, 12, 1, extra_output=True)
+    assert_matches(m, {"x": rand(1, 8, 12, 12, seed=3)})
+    assert sorted(kn["op"] for kn in cc.compile(m).meta["kernels"]) == ["Conv", "Fused"]
+
+
+def test_exporters_erf_gelu_becomes_the_matmul_epilogue():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["a"]),
+             helper.make_node("Div", ["a", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["a", "e1"], ["p"]),
+             helper.make_node("Mul", ["p", "half"], ["y"])]
+    inits = [("w", rand(64, 48, seed=1)), ("b", rand(48, seed=2)), ("sqrt2", np.array(2 ** 0.5, F)),
+             ("one", np.array(1, F)), ("half", np.array(0.5, F))]
+    m = make_model(nodes, [("x", F, (32, 64))], [("y", F, (32, 48))], inits)
+    assert_matches(m, {"x": rand(32, 64, seed=3)})
+    assert [kn["op"] for kn in cc.compile(m).meta["kernels"]] == ["PackedGemm"]

@@ -116,3 +116,22 @@ def test_wrong_initial_state_shape_is_reported():
     init.dims[:] = [1, 1, BATCH * HIDDEN]
     with pytest.raises(cc.CompileError, match=r"initial_h must have shape \[1, 3, 8\]"):
         cc.compile(model, input_shapes={"X": feeds["X"].shape})
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_directions_on_two_threads_match_one_thread(op, tmp_path, monkeypatch):
+    """A bidirectional node's directions are a parallel loop of two items (here forced by a
+    zero threshold): the same results at 1 and 2 threads, with sequence lengths too."""
+    from compiler_core.kernels import recurrent
+
+    monkeypatch.setattr(recurrent, "PARALLEL_DIRECTION_FLOPS", 0)
+    model, feeds = recurrent_model(op, "bidirectional", initial=True,
+                                   seq_lens=[SEQ] + [SEQ - 2] * (BATCH - 1))
+    compiled = cc.compile(model, input_shapes={k: v.shape for k, v in feeds.items()})
+    compiled.save(tmp_path)
+    one, two = (cc.load(tmp_path, threads=t).run(feeds) for t in (1, 2))
+    for name in one:
+        np.testing.assert_array_equal(one[name], two[name], err_msg=name)
+    assert_matches(model, feeds)
+    # the outlined body of the parallel loop (codegen/parallel.py names it kernel.rangeN)
+    assert f"_{op}.range".encode() in (tmp_path / "model.so").read_bytes()

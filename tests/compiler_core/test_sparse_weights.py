@@ -8,7 +8,7 @@ import compiler_core as cc
 from compiler_core.analysis.sparsity import best_block_shape
 from compiler_core.kernels.sparse_gemm import BLOCK_SHAPES, pack_block_sparse
 
-from .helpers import assert_matches, make_model, rand
+from .helpers import assert_matches, make_model, ort_run, rand
 
 
 def sparse_matrix(n, k, block, density, seed=0):
@@ -122,10 +122,21 @@ def test_gru_without_linear_before_reset_keeps_the_recurrent_kernel():
     assert meta["sparse_layers"] == [] and "GRU" in {k["op"] for k in meta["kernels"]}
 
 
-def test_dense_recurrent_step_keeps_the_recurrent_kernel():
-    model, feeds = recurrent_model("LSTM", 1.0)
-    meta = cc.compile(model, input_shapes={k: v.shape for k, v in feeds.items()}).meta
-    assert meta["sparse_layers"] == [] and "LSTM" in {k["op"] for k in meta["kernels"]}
+@pytest.mark.parametrize("op", ["GRU", "LSTM"])
+def test_dense_recurrent_step_becomes_dense_products_split_over_threads(op, tmp_path):
+    """Same as ONNX Runtime at 1 and 2 threads, nothing made sparse, and the products are
+    PackedGemm (whose parallel loop gives each thread a fixed range of weight columns)."""
+    model, feeds = recurrent_model(op, 1.0)
+    compiled = cc.compile(model, input_shapes={k: v.shape for k, v in feeds.items()})
+    kernels = {k["op"] for k in compiled.meta["kernels"]}
+    assert compiled.meta["sparse_layers"] == []
+    assert op not in kernels and {"PackedGemm", f"{op}StepGates"} <= kernels
+    expected = ort_run(model, feeds)
+    compiled.save(tmp_path)
+    for threads in (1, 2):
+        got = cc.load(tmp_path, threads=threads).run(feeds)
+        for name, ref in expected.items():
+            np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def test_sparse_wavernn_matches_onnxruntime():
@@ -147,3 +158,37 @@ def test_inspect_names_the_block_sparse_weights():
     (entry,) = info["sparse_weights"]
     assert entry["weight"] == "w" and entry["block"] == "8x1" and entry["shape"] == [256, 128]
     assert inspect_model(gemm_model(rand(256, 128)))["sparse_weights"] == []
+
+
+def test_step_in_a_run_time_if_branch_keeps_its_guards():
+    """Silero VAD's shape: a single LSTM step inside one branch of an If on an input. The
+    rewrite's nodes all run under the branch's guard; both branches match ONNX Runtime."""
+    from onnx import TensorProto
+
+    from compiler_core.frontend.onnx import import_model
+    from compiler_core.passes.pipeline import run_pipeline
+
+    hidden, inputs = 16, 8
+    step = helper.make_node("LSTM", ["x3", "W", "R", "B", "", "h0", "c0"], ["", "h1", "c1"],
+                            hidden_size=hidden)
+    then_b = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["x", "axes"], ["x3"]), step,
+         helper.make_node("Squeeze", ["h1", "axes"], ["out"])], "then", [],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, hidden))])
+    else_b = helper.make_graph(
+        [helper.make_node("Squeeze", ["h0", "axes"], ["out"])], "else", [],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, hidden))])
+    model = make_model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)],
+        [("c", np.bool_, ()), ("x", np.float32, (1, inputs)), ("h0", np.float32, (1, 1, hidden)),
+         ("c0", np.float32, (1, 1, hidden))], [("y", np.float32, (1, hidden))],
+        [("axes", np.array([0], np.int64)), ("W", rand(1, 4 * hidden, inputs, seed=1)),
+         ("R", rand(1, 4 * hidden, hidden, seed=2)), ("B", rand(1, 8 * hidden, seed=3))])
+    graph = run_pipeline(import_model(model), 3)
+    gates = [n for n in graph.nodes if n.op == "LSTMStepGates"]
+    assert len(gates) == 1 and gates[0].guards and "LSTM" not in {n.op for n in graph.nodes}
+    assert all(n.guards == gates[0].guards for n in graph.nodes if n.op == "PackedGemm")
+    feeds = {"x": rand(1, inputs, seed=4), "h0": rand(1, 1, hidden, seed=5),
+             "c0": rand(1, 1, hidden, seed=6)}
+    for cond in (True, False):
+        assert_matches(model, {"c": np.array(cond), **feeds})

@@ -35,8 +35,10 @@ def lower_probe(node, kb, ins, outs):
     n = x.shape[-1]
     spin = kb.local(x.dtype, 0.0, name="spin")
     rounds = {"hang": 1 << 62, "slow": 200_000}.get(mode, 1)
-    with kb.loop(rounds, name="r"):  # float adds LLVM may not fold away: real work
-        kb.set(spin, kb.get(spin) + 1.0)
+    # a recurrence (each round waits for the last), not a sum LLVM may reassociate into
+    # vector lanes: 200k rounds are a fraction of a millisecond on any core
+    with kb.loop(rounds, name="r"):
+        kb.set(spin, kb.get(spin) * 0.5 + 1.0)
     with kb.loop(n) as i:
         value = x[0, i] * 2.0 + kb.get(spin) * 0.0
         if mode == "wrong":

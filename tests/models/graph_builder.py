@@ -29,16 +29,17 @@ class GraphBuilder:
         self.count += 1
         return f"{base}_{self.count}"
 
-    def const(self, array, base: str = "w") -> str:
-        name = self.fresh(base)
+    def const(self, array, base: str = "w", name: str | None = None) -> str:
+        """A new initializer, named `name` when a subgraph refers to it by that name."""
+        name = name or self.fresh(base)
         self.inits.append(numpy_helper.from_array(np.asarray(array), name))
         return name
 
-    def f32(self, array, base: str = "w") -> str:
-        return self.const(np.asarray(array, np.float32), base)
+    def f32(self, array, base: str = "w", name: str | None = None) -> str:
+        return self.const(np.asarray(array, np.float32), base, name)
 
-    def ints(self, values, base: str = "shape") -> str:
-        return self.const(np.asarray(values, np.int64), base)
+    def ints(self, values, base: str = "shape", name: str | None = None) -> str:
+        return self.const(np.asarray(values, np.int64), base, name)
 
     def node(self, op: str, inputs: list[str], n_out: int = 1, out: str | None = None, **attrs):
         """Add a node named like its first output; returns the output name (or names).
@@ -83,12 +84,12 @@ class GraphBuilder:
         bias = self.f32(self.rng.normal(0.0, 0.1, weight.shape[0]), "b")
         return self.node("Gemm", [x, self.f32(weight), bias], out=out, transB=1)
 
-    def model(self, name: str, inputs: list, outputs: list) -> onnx.ModelProto:
+    def model(self, name: str, inputs: list, outputs: list, opset: int = OPSET) -> onnx.ModelProto:
         """inputs/outputs: (name, onnx elem type, shape) triples; shapes may hold dim names."""
         graph = helper.make_graph(
             self.nodes, name, [helper.make_tensor_value_info(*i) for i in inputs],
             [helper.make_tensor_value_info(*o) for o in outputs], self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                                   producer_name="tensorforge-tests")
         model.ir_version = IR_VERSION
         onnx.checker.check_model(model)

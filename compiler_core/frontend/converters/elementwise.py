@@ -44,7 +44,19 @@ def _check_same_dtype(cx, inputs):
 def _binary(cx, inputs):
     if cx.node.op_type != "Pow":
         _check_same_dtype(cx, inputs)
+    elif _squares(inputs):
+        # x ** 2 (a magnitude, a variance) is x * x, exactly as a correctly rounded pow
+        # gives it, and a vector multiply instead of a call per element
+        return [cx.emit1("Mul", [inputs[0], inputs[0]], inputs[0].shape, inputs[0].dtype, {})]
     return _emit_map(cx, inputs)
+
+
+def _squares(inputs) -> bool:
+    """Whether a Pow's exponent is the constant 2 and leaves the base's shape as it is."""
+    base, exponent = inputs
+    return (base.dtype.kind == "f" and exponent.is_const and exponent.const.size == 1
+            and float(exponent.const.reshape(-1)[0]) == 2.0
+            and tuple(broadcast(base.shape, exponent.shape)) == tuple(base.shape))
 
 
 def _compare(cx, inputs):

@@ -4,8 +4,9 @@ IR form: one node per ONNX node, op "LSTM" / "GRU" / "RNN", whose kernel runs th
 time loop. Inputs keep ONNX order with two changes: W and R arrive transposed to
 [dirs, in, gates*H] (so the gate update is a contiguous multiply-add the vectorizer
 likes; for constant weights the transpose happens at compile time), and absent optional
-inputs are None. Outputs are always Y, Y_h (and Y_c for LSTM) followed by scratch: the input
-projections of every step [seq*batch*gates*H] and, for GRU, a row per batch entry for the
+inputs are None. Outputs are always Y, Y_h (and Y_c for LSTM) followed by scratch, per
+direction: the input projections of every step [seq*batch*gates*H] and, for GRU, a row per
+batch entry for the
 hidden part of the gates [batch*4H]; the converter hands back only the outputs the model
 names.
 
@@ -131,9 +132,10 @@ def _convert(cx, inputs):
     if op == "LSTM":
         outputs.append((state_shape, x.dtype))
     results = len(outputs)
-    outputs.append(((seq * batch * gates * hidden,), x.dtype))  # input projections
+    # per direction: the directions may run on two threads (kernels/recurrent.py)
+    outputs.append(((len(dirs) * seq * batch * gates * hidden,), x.dtype))  # input projections
     if scratch_rows:
-        outputs.append(((batch * scratch_rows * hidden,), x.dtype))
+        outputs.append(((len(dirs) * batch * scratch_rows * hidden,), x.dtype))
     ins = [x, _transposed_weights(cx, w), _transposed_weights(cx, r), *inputs[3:]]
     ins = ins[:8] if op == "LSTM" else ins[:6]
     attrs = _attributes(cx, op, dirs, hidden, layout, default_acts)

@@ -1,0 +1,253 @@
+"""Winograd convolution F(m x m, 3x3) for stride-1, dilation-1 3x3 convs (Lavin & Gray).
+
+The output is cut into m x m tiles; tile t needs an (m+2) x (m+2) = alpha x alpha patch d
+of the input. With the Cook-Toom matrices below
+
+    Y_t = A^T [ (G g G^T) (.) (B^T d_t B) ] A        ((.) is the elementwise product)
+
+so for each of the alpha^2 positions e of the transformed tile, the sum over input
+channels is a GEMM:  M_e[oc, t] = sum_c U_e[oc, c] V_e[c, t]  with U = G g G^T (computed
+at compile time, passes/winograd_convs.py) and V = B^T d B. F(4x4, 3x3) does 36 products
+per 16 outputs where the direct conv does 144: 4x fewer multiplies, paid for by the two
+transforms, which are O(C + OC) per tile instead of O(C * OC).
+
+Execution (one work item = a block of `tile_rows` rows of tiles of one image, so its V and
+M stay in cache between phases, and items are the parallel loop):
+  1. input transform: for each channel and tile row, B^T d along columns first (a
+     contiguous, vectorised loop over x into a small row buffer), then along x per tile,
+     written as V[e][c][t] so the GEMM's B operand is contiguous in t;
+  2. 36 GEMMs with kernels/matmul.emit_gemm (A = U_e packed like conv weights);
+  3. output transform A^T m A per tile, through the conv's epilogue (bias, residual,
+     activation), only for outputs that exist (edge tiles are cropped statically).
+The input is padded (by our own ConvPad) so that every tile's patch is readable.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from ..ir.loops import Get, as_expr
+from .conv import _weights
+from .epilogue import apply_activation
+from .matmul import GemmShape, Operand, Output, emit_gemm
+from .registry import lowering
+
+# Interpolation points per output tile size (the point at infinity is implied). For m = 4
+# the classic 0, +-1, +-2 (Lavin & Gray) has a float32 error about 2.7x that of
+# 0, -1, 1, 1/2, -2 (measured: C = 128, unit-variance inputs, max error relative to max |y|
+# 4.5e-6 versus 1.6e-6; 0, +-1, +-1/2 gives 5.6e-6; the direct conv 2.8e-7), for four
+# more nonzeros in B^T, so the latter it is. tests/compiler_core/test_winograd.py keeps it so.
+POINTS = {2: (0.0, 1.0, -1.0), 4: (0.0, -1.0, 1.0, 0.5, -2.0)}
+TAPS = 3
+
+
+@functools.lru_cache(maxsize=None)
+def transform_matrices(m: int, points: tuple | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A^T (m x alpha), G (alpha x 3), B^T (alpha x alpha)) in float64, Cook-Toom with the
+    given finite points and the point at infinity. B^T is solved from the 1-D identity
+    y_i = sum_k g_k d_(i+k) = sum_j A^T[i,j] (G g)_j (B^T d)_j, which determines it."""
+    p = np.asarray(points if points is not None else POINTS[m], np.float64)
+    alpha = m + TAPS - 1
+    if len(p) != alpha - 1:
+        raise ValueError(f"F({m},{TAPS}) needs {alpha - 1} finite points, got {len(p)}")
+    at = np.zeros((m, alpha))
+    at[:, :-1] = p[None, :] ** np.arange(m)[:, None]
+    at[m - 1, -1] = 1.0
+    g = np.zeros((alpha, TAPS))
+    for j, pj in enumerate(p):
+        g[j] = pj ** np.arange(TAPS) / np.prod([pj - q for q in np.delete(p, j)])
+    g[-1, -1] = 1.0
+    # unknowns bt[j, l]: sum_j at[i, j] g[j, k] bt[j, l] = [l == i + k]
+    rows, rhs = [], []
+    for i in range(m):
+        for k in range(TAPS):
+            for col in range(alpha):
+                eq = np.zeros((alpha, alpha))
+                eq[:, col] = at[i] * g[:, k]
+                rows.append(eq.ravel())
+                rhs.append(1.0 if col == i + k else 0.0)
+    bt, *_ = np.linalg.lstsq(np.asarray(rows), np.asarray(rhs), rcond=None)
+    bt = bt.reshape(alpha, alpha)
+    if not np.allclose(np.asarray(rows) @ bt.ravel(), rhs, atol=1e-9):
+        raise ValueError(f"points {tuple(p)} give no exact F({m},{TAPS})")
+    return at, g, np.round(bt, 12)
+
+
+def transform_weights(w: np.ndarray, m: int) -> np.ndarray:
+    """U[e, oc, c] = (G g[oc, c] G^T) flattened over e = (a, b): shape (alpha^2, OC, C)."""
+    _, g, _ = transform_matrices(m)
+    u = np.einsum("ak,ockl,bl->aboc", g, w.astype(np.float64), g)
+    return u.reshape(-1, w.shape[0], w.shape[1]).astype(w.dtype)
+
+
+def reference_winograd(x: np.ndarray, w: np.ndarray, m: int, dtype=np.float32) -> np.ndarray:
+    """numpy Winograd of a 'valid' 3x3 conv (N, C, H, W) x (OC, C, 3, 3) with every step in
+    `dtype`: what the kernel computes, for measuring the algorithm's error."""
+    at, _, bt = (t.astype(dtype) for t in transform_matrices(m))
+    u = transform_weights(w, m).astype(dtype).reshape(m + 2, m + 2, w.shape[0], w.shape[1])
+    n, c, h, wd = x.shape
+    th, tw = (h - 2) // m, (wd - 2) // m
+    y = np.zeros((n, w.shape[0], th * m, tw * m), dtype)
+    for i in range(th):
+        for j in range(tw):
+            d = x[:, :, i * m:i * m + m + 2, j * m:j * m + m + 2].astype(dtype)
+            v = np.einsum("ar,ncrs,bs->abnc", bt, d, bt)
+            prod = np.einsum("aboc,abnc->abno", u, v)
+            y[:, :, i * m:(i + 1) * m, j * m:(j + 1) * m] = np.einsum("ia,abno,jb->noij", at, prod, at)
+    return y
+
+
+# ---------------------------------------------------------------- geometry
+
+def tile_grid(out_hw, m: int) -> tuple[int, int]:
+    return math.ceil(out_hw[0] / m), math.ceil(out_hw[1] / m)
+
+
+def padded_input(out_hw, m: int, tile_rows: int) -> tuple[int, int]:
+    """Rows and columns of the padded input the tiles read: whole items of tile rows."""
+    th, tw = tile_grid(out_hw, m)
+    th = -(-th // tile_rows) * tile_rows
+    return th * m + TAPS - 1, tw * m + TAPS - 1
+
+
+# ---------------------------------------------------------------- lowering
+
+def _combine(coeffs, values):
+    """sum_i coeffs[i] * values[i] as an expression, skipping zeros and multiplying by +-1
+    as an add or a subtract."""
+    out = None
+    for c, v in zip(coeffs, values):
+        if c == 0:
+            continue
+        term = v if abs(c) == 1 else v * as_expr(float(abs(c)), v.dtype)
+        if out is None:
+            out = term if c > 0 else -term
+        else:
+            out = out + term if c > 0 else out - term
+    return out if out is not None else as_expr(0.0, values[0].dtype)
+
+
+@lowering("WinogradConv")
+def lower_winograd_conv(node, kb, ins, outs):
+    xw, u, bias, residual = (ins + [None])[:4]
+    y, v, mbuf, rows = outs
+    m, tile_rows = node.attrs["winograd_m"], node.attrs["tile_rows"]
+    alpha = m + TAPS - 1
+    at, _, bt = (t.astype(np.float64) for t in transform_matrices(m))
+    N, C = xw.shape[:2]
+    Hq, Wq = xw.shape[-2:]
+    OC, OH, OW = y.shape[1:]
+    TH, TW = (Hq - TAPS + 1) // m, (Wq - TAPS + 1) // m
+    chunks = TH // tile_rows
+    items = N * chunks
+    tc = tile_rows * TW  # GEMM columns per item
+    sched = node.schedule
+    act = node.attrs.get("activation")
+    dtype = y.dtype
+
+    def v_base(item):
+        return item * (alpha * alpha * C * tc)
+
+    def m_base(item):
+        return item * (alpha * alpha * OC * tc)
+
+    def input_transform(item, c, r_base):
+        """B^T d B of every tile of channel c in the item: rows first, then columns."""
+        n, chunk = item // chunks, item % chunks
+        with kb.loop(tile_rows, name="r") as r:
+            src = ((n * C + c) * Hq + (chunk * tile_rows + r) * m) * Wq
+            with kb.loop(Wq, name="x") as x:
+                d = [kb.local(dtype, xw.flat(src + i * Wq + x), "d") for i in range(alpha)]
+                for a in range(alpha):
+                    kb.store_flat(rows, r_base + a * Wq + x, _combine(bt[a], [Get(q) for q in d]))
+            with kb.loop(TW, name="tx") as tx:
+                t = r * TW + tx
+                for a in range(alpha):
+                    d = [kb.local(dtype, rows.flat(r_base + a * Wq + tx * m + s), "d")
+                         for s in range(alpha)]
+                    for b in range(alpha):
+                        kb.store_flat(v, v_base(item) + ((a * alpha + b) * C + c) * tc + t,
+                                      _combine(bt[b], [Get(q) for q in d]))
+
+    def gemm(item, e):
+        emit_gemm(kb, GemmShape(OC, tc, C), _weights(u, e, OC, C, node.attrs),
+                  Operand(v, lambda k, p: v_base(item) + (e * C + k) * tc + p),
+                  Output(mbuf, lambda oc, p0: m_base(item) + (e * OC + oc) * tc + p0),
+                  dtype, sched.tiles)
+
+    def output_transform(item, oc):
+        """A^T m A of every tile of output channel oc in the item, through the epilogue,
+        for the outputs that exist."""
+        n, chunk = item // chunks, item % chunks
+        b_val = kb.local(dtype, bias[oc], "bias") if bias is not None else None
+
+        def tile(r, tx, ty, valid_rows, valid_cols):
+            t = r * TW + tx
+            mv = [[kb.local(dtype, mbuf.flat(m_base(item) + ((a * alpha + b) * OC + oc) * tc + t), "m")
+                   for b in range(alpha)] for a in range(alpha)]
+            half = [[kb.local(dtype, _combine(at[i], [Get(mv[a][b]) for a in range(alpha)]), "h")
+                     for b in range(alpha)] for i in range(valid_rows)]
+            for i in range(valid_rows):
+                for j in range(valid_cols):
+                    value = _combine(at[j], [Get(q) for q in half[i]])
+                    if b_val is not None:
+                        value = value + Get(b_val)
+                    at_y = ((n * OC + oc) * OH + ty * m + i) * OW + tx * m + j
+                    if residual is not None:
+                        value = value + residual.flat(at_y)
+                    kb.store_flat(y, at_y, apply_activation(act, value))
+
+        def tile_row(r, ty, valid_rows):
+            if OW // m:
+                with kb.loop(OW // m, name="tx") as tx:
+                    tile(r, tx, ty, valid_rows, m)
+            if OW % m:
+                tile(r, as_expr(OW // m), ty, valid_rows, OW % m)
+
+        with kb.loop(tile_rows, name="r") as r:
+            ty = chunk * tile_rows + r
+            if TH * m == OH:
+                tile_row(r, ty, m)
+            else:
+                with kb.if_(ty < OH // m) as branch:
+                    tile_row(r, ty, m)
+                if OH % m:
+                    with kb.else_(branch):
+                        with kb.if_(ty.eq(OH // m)):
+                            tile_row(r, ty, OH % m)
+
+    if sched.winograd_phases:
+        # three parallel loops, each over every item's channels / positions / output
+        # channels: work for two threads even when the plane is one item
+        kind = "parallel" if sched.parallel else "serial"
+        with kb.loop(items * C, kind=kind, name="ic") as ic:
+            input_transform(ic // C, ic % C, ic * (alpha * Wq))
+        with kb.loop(items * alpha * alpha, kind=kind, name="ie") as ie:
+            gemm(ie // (alpha * alpha), ie % (alpha * alpha))
+        with kb.loop(items * OC, kind=kind, name="io") as io:
+            output_transform(io // OC, io % OC)
+        return
+    # one parallel loop over items: an item's V and M stay in cache between its phases
+    with kb.loop(items, kind="parallel" if sched.parallel else "serial", name="item") as item:
+        with kb.loop(C, name="c") as c:
+            input_transform(item, c, item * (alpha * Wq))
+        with kb.loop(alpha * alpha, name="e") as e:
+            gemm(item, e)
+        with kb.loop(OC, name="oc") as oc:
+            output_transform(item, oc)
+
+
+def scratch_shapes(n: int, c: int, oc: int, out_hw, m: int, tile_rows: int, phases: bool) -> dict:
+    """Element counts of the kernel's scratch buffers: V, M and the row buffer (one per
+    item, or per item and channel when the input transform is a parallel loop of its own)."""
+    th, tw = tile_grid(out_hw, m)
+    th = -(-th // tile_rows) * tile_rows
+    items = n * th // tile_rows
+    tc = tile_rows * tw
+    alpha = m + TAPS - 1
+    _, wq = padded_input(out_hw, m, tile_rows)
+    return {"v": items * alpha * alpha * c * tc, "m": items * alpha * alpha * oc * tc,
+            "rows": items * (c if phases else 1) * alpha * wq}
+

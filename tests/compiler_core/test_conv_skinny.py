@@ -1,0 +1,93 @@
+"""Convolutions with fewer than SKINNY_COLUMNS output columns (kernels/conv_skinny.py): vector lanes
+over output channels, weights packed in panels. Against ONNX Runtime, at 1 and 2 threads."""
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import compiler_core as cc
+from compiler_core.frontend.onnx import import_model
+from compiler_core.passes.pipeline import run_pipeline
+
+from .helpers import assert_matches, make_model, ort_run, rand
+
+F = np.float32
+
+
+def conv1d_model(n, c, oc, length, k, stride=1, pad=0, group=1, act=None, residual=False,
+                 bias=True, weights_as_input=False):
+    out = (length + 2 * pad - k) // stride + 1
+    inputs = ["x", "w"] + (["b"] if bias else [])
+    nodes = [helper.make_node("Conv", inputs, ["c"], pads=[pad, pad], strides=[stride],
+                              group=group, kernel_shape=[k])]
+    last = "c"
+    if residual:
+        nodes.append(helper.make_node("Add", [last, "r"], ["s"]))
+        last = "s"
+    nodes.append(helper.make_node(act or "Identity", [last], ["y"]))
+    feeds_spec = [("x", F, (n, c, length))]
+    if residual:
+        feeds_spec.append(("r", F, (n, oc, out)))
+    w = rand(oc, c // group, k, seed=1, low=-0.2, high=0.2)
+    consts = [("b", rand(oc, seed=2))] if bias else []
+    if weights_as_input:
+        feeds_spec.append(("w", F, w.shape))
+    else:
+        consts.append(("w", w))
+    model = make_model(nodes, feeds_spec, [("y", F, (n, oc, out))], consts)
+    feeds = {name: rand(*shape, seed=5 + j) for j, (name, _, shape) in enumerate(feeds_spec)}
+    if weights_as_input:
+        feeds["w"] = w
+    return model, feeds
+
+
+CASES = {
+    # Silero VAD's STFT: one channel, 258 outputs (not a multiple of the panel width)
+    "stft-like, stride 128": dict(n=1, c=1, oc=258, length=576, k=256, stride=128),
+    "3 taps, padded, relu": dict(n=1, c=129, oc=128, length=3, k=3, pad=1, act="Relu"),
+    "strided, 2 columns": dict(n=1, c=64, oc=40, length=4, k=3, stride=2, pad=1),
+    "one column, sigmoid": dict(n=1, c=32, oc=17, length=3, k=3, act="Sigmoid"),
+    "batch 3 with residual": dict(n=3, c=24, oc=36, length=5, k=3, stride=2, residual=True),
+    "grouped": dict(n=2, c=32, oc=48, length=3, k=3, pad=1, group=4, bias=False),
+    "fewer channels than a vector": dict(n=1, c=8, oc=3, length=2, k=1),
+    # Silero VAD over a sequence: 8 frames, 5 STFT columns each
+    "8 frames of 5 columns": dict(n=8, c=1, oc=258, length=768, k=256, stride=128),
+    "7 columns, two passes of positions": dict(n=2, c=40, oc=70, length=9, k=3, act="Relu"),
+}
+
+
+def _compiled_conv(model):
+    graph = run_pipeline(import_model(model), 3)
+    return next(node for node in graph.nodes if node.op == "Conv")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_matches_onnxruntime_at_one_and_two_threads(case):
+    model, feeds = conv1d_model(**CASES[case])
+    assert "skinny_width" in _compiled_conv(model).attrs
+    expected = ort_run(model, feeds)["y"]
+    art = cc.compile(model)
+    with tempfile.TemporaryDirectory() as d:
+        art.save(d)
+        one, two = (cc.load(d, threads=t).run(feeds)["y"] for t in (1, 2))
+    tol = 1e-4 + 1e-3 * np.abs(expected).max()
+    np.testing.assert_allclose(one, expected, rtol=1e-4, atol=tol)
+    np.testing.assert_array_equal(one, two)
+
+
+def test_weights_that_are_an_input_keep_the_dot_products():
+    model, feeds = conv1d_model(1, 16, 20, 3, 3, weights_as_input=True)
+    assert "skinny_width" not in _compiled_conv(model).attrs
+    assert_matches(model, feeds)
+
+
+def test_panels_hold_whole_vectors_of_output_channels():
+    model, _ = conv1d_model(**CASES["stft-like, stride 128"])
+    node = _compiled_conv(model)
+    width = node.attrs["skinny_width"]
+    assert width % node.schedule.lanes == 0
+    # (group, panels, K, width): every one of the 258 channels, zeros past them
+    assert node.inputs[1].shape == (1, -(-258 // width), 256, width)

@@ -1,0 +1,170 @@
+"""Winograd F(4x4, 3x3) convolution (kernels/winograd.py, passes/winograd_convs.py): the
+transform matrices, the algorithm's float32 error, compiled convs of every edge case
+against ONNX Runtime at 1 and 2 threads, and the per-layer choice."""
+import tempfile
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import compiler_core as cc
+from compiler_core.codegen.target_machine import host_spec
+from compiler_core.kernels import winograd as W
+from compiler_core.kernels import schedule
+from compiler_core.kernels.conv import (conv_space, default_conv_schedule, winograd_schedule,
+                                        winograd_tile_rows)
+
+from .helpers import make_model, ort_run, rand
+from .test_conv_schedule import assert_close, conv_model, conv_node, feeds_for
+
+F = np.float32
+
+
+def direct64(x, w):
+    """A 'valid' 3x3 correlation in float64."""
+    h, wd = x.shape[2] - 2, x.shape[3] - 2
+    y = np.zeros((x.shape[0], w.shape[0], h, wd))
+    for i in range(3):
+        for j in range(3):
+            y += np.einsum("nchw,oc->nohw", x[:, :, i:i + h, j:j + wd].astype(np.float64),
+                           w[:, :, i, j].astype(np.float64))
+    return y
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_transforms_compute_a_1d_correlation_exactly(m):
+    at, g, bt = W.transform_matrices(m)
+    rng = np.random.default_rng(0)
+    d, k = rng.standard_normal(m + 2), rng.standard_normal(3)
+    expected = np.correlate(d, k, "valid")
+    np.testing.assert_allclose(at @ ((g @ k) * (bt @ d)), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_classic_points_give_lavins_matrices():
+    at, g, bt = W.transform_matrices(4, (0.0, 1.0, -1.0, 2.0, -2.0))
+    np.testing.assert_allclose(g[1], [-1 / 6] * 3)
+    np.testing.assert_allclose(bt[0], [4, 0, -5, 0, 1, 0], atol=1e-12)
+    np.testing.assert_allclose(at[3], [0, 1, -1, 8, -8, 1])
+
+
+def test_points_with_no_exact_algorithm_are_refused():
+    with pytest.raises(ValueError):
+        W.transform_matrices(4, (0.0, 1.0, -1.0, 2.0))
+
+
+def test_float32_error_is_small_and_smaller_than_the_classic_points():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 128, 18, 18)).astype(F)
+    w = (rng.standard_normal((32, 128, 3, 3)) / np.sqrt(9 * 128)).astype(F)
+    ref = direct64(x, w)
+    scale = np.abs(ref).max()
+    ours = np.abs(W.reference_winograd(x, w, 4) - ref).max() / scale
+    W.transform_matrices.cache_clear()
+    try:
+        classic_points = W.POINTS[4]
+        W.POINTS[4] = (0.0, 1.0, -1.0, 2.0, -2.0)
+        classic = np.abs(W.reference_winograd(x, w, 4) - ref).max() / scale
+    finally:
+        W.POINTS[4] = classic_points
+        W.transform_matrices.cache_clear()
+    assert ours < 5e-6 and ours < classic
+
+
+def winograd_layers(model):
+    return cc.compile(model).meta["winograd_layers"]
+
+
+CASES = {
+    "56x56, whole tiles": dict(n=1, c=64, oc=64, hw=56, k=3),
+    "odd plane, partial edge tiles": dict(n=1, c=40, oc=48, hw=15, k=3),
+    "batch of 2 with residual": dict(n=2, c=32, oc=40, hw=20, k=3, residual=True),
+    "no padding": dict(n=1, c=32, oc=32, hw=22, k=3, pad=0),
+    "no activation": dict(n=1, c=48, oc=36, hw=19, k=3, relu=False),
+    "7x7 plane, F(2x2)": dict(n=1, c=64, oc=48, hw=7, k=3),
+    "10x10 plane with residual, F(2x2)": dict(n=1, c=32, oc=32, hw=10, k=3, residual=True),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_winograd_convs_match_onnxruntime_at_one_and_two_threads(case):
+    model = conv_model(**CASES[case])
+    feeds = feeds_for(model)
+    art = cc.compile(model)
+    m = 2 if "F(2x2)" in case else 4
+    assert [layer["algorithm"] for layer in art.meta["winograd_layers"]] == [f"F({m}x{m},3x3)"]
+    expected = ort_run(model, feeds)["y"]
+    with tempfile.TemporaryDirectory() as d:
+        art.save(d)
+        one, two = (cc.load(d, threads=t).run(feeds)["y"] for t in (1, 2))
+    assert_close(one, expected, case)
+    np.testing.assert_array_equal(one, two)
+
+
+def test_a_heavy_epilogue_runs_in_the_output_transform():
+    """SiLU (x * sigmoid(x)) fused into the conv's epilogue."""
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1] * 4),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    model = make_model(nodes, [("x", F, (1, 32, 24, 24))], [("y", F, (1, 32, 24, 24))],
+                       [("w", rand(32, 32, 3, 3, seed=1)), ("b", rand(32, seed=2))])
+    feeds = feeds_for(model)
+    art = cc.compile(model)
+    assert len(art.meta["winograd_layers"]) == 1
+    assert_close(art.run(feeds)["y"], ort_run(model, feeds)["y"])
+
+
+def test_only_big_stride_1_3x3_convs_use_winograd():
+    spec = host_spec()
+    assert default_conv_schedule(conv_node(conv_model(1, 64, 64, 56, 3)), spec).winograd == 4
+    assert default_conv_schedule(conv_node(conv_model(1, 256, 256, 14, 3)), spec).winograd == 4
+    # 2x2 or 3x3 tiles of 4x4 outputs are too few: tiles of 2x2 outputs
+    assert default_conv_schedule(conv_node(conv_model(1, 512, 512, 7, 3)), spec).winograd == 2
+    assert default_conv_schedule(conv_node(conv_model(1, 256, 256, 10, 3)), spec).winograd == 2
+    for small in (conv_model(1, 8, 64, 56, 3),            # few input channels
+                  conv_model(1, 512, 512, 5, 3),          # 9 tiles even of 2x2 outputs
+                  conv_model(1, 64, 64, 56, 3, stride=2),
+                  conv_model(1, 64, 64, 56, 1),
+                  conv_model(1, 64, 64, 56, 3, group=2)):
+        assert default_conv_schedule(conv_node(small), spec).winograd == 0
+
+
+def test_the_tuner_may_choose_either_algorithm():
+    space = conv_space(conv_node(conv_model(1, 64, 64, 28, 3)), host_spec())
+    kinds = {s.winograd for s in space}
+    assert kinds == {0, 2, 4}
+
+
+@pytest.mark.parametrize("rows,per_row", [(14, 14), (7, 7), (4, 4), (10, 10), (28, 28), (56, 56)])
+def test_items_are_wide_gemms_with_little_padding(rows, per_row):
+    r = winograd_tile_rows(rows, per_row)
+    assert -(-rows // r) * r - rows <= max(1, rows // 6)
+    assert min(48, rows * per_row) <= r * per_row <= 160
+
+
+@pytest.mark.parametrize("phases", [False, True])
+@pytest.mark.parametrize("case", ["odd plane, partial edge tiles", "batch of 2 with residual"])
+def test_both_parallel_layouts_match_onnxruntime(case, phases, monkeypatch):
+    """Items as the parallel loop (big planes) or each phase a parallel loop (small ones),
+    with items of two tile rows so that there are several, the last one padded."""
+    model = conv_model(**CASES[case])
+    feeds = feeds_for(model)
+    sched = winograd_schedule(conv_node(model), 4, tile_rows=2, phases=phases)
+    monkeypatch.setitem(schedule.DEFAULTS, "Conv", lambda node, spec: sched)
+    expected = ort_run(model, feeds)["y"]
+    art = cc.compile(model)
+    assert art.meta["winograd_layers"][0]["parallel"] == ("phases" if phases else "items")
+    with tempfile.TemporaryDirectory() as d:
+        art.save(d)
+        for threads in (1, 2):
+            assert_close(cc.load(d, threads=threads).run(feeds)["y"], expected, f"{threads} threads")
+
+
+def test_silu_runs_in_the_output_transform():
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    inits = [("w", rand(48, 64, 3, 3, seed=1) / 24), ("b", rand(48, seed=2))]
+    model = make_model(nodes, [("x", F, (1, 64, 20, 20))], [("y", F, (1, 48, 20, 20))], inits)
+    feeds = {"x": rand(1, 64, 20, 20, seed=3)}
+    art = cc.compile(model)
+    assert [k["op"] for k in art.meta["kernels"] if k["op"] != "ConvPad"] == ["WinogradConv"]
+    assert_close(art.run(feeds)["y"], ort_run(model, feeds)["y"], "SiLU epilogue")
