@@ -49,19 +49,10 @@ def measuring(args: dict, linker: LinkHelper) -> dict:
 
 
 def do_measure(args: dict, linker: LinkHelper) -> dict:
-    """Another worker's batch of candidates, timed here: the pickle is untrusted, so it is
-    only ever loaded inside this sandbox; the answer is plain JSON."""
-    import pickle
-
-    from compiler_core.errors import CompileError
-    from compiler_core.tune.builder import BuildTask
-
-    from .measure_slots import as_json
-    task = pickle.loads(Path(args["task_path"]).read_bytes())
-    if not isinstance(task, BuildTask):
-        raise CompileError(f"a measuring task holds a {type(task).__name__}, not a BuildTask")
-    emit("measure", candidates=len(task.schedules))
-    return {"measurements": as_json(linker.measure(task))}
+    """Another worker's batch of candidates, timed here: the pickle is untrusted, so only
+    the sandboxed helper loads it; the answer is plain JSON."""
+    emit("measure")
+    return {"measurements": linker.measure_file(Path(args["task_path"]))}
 
 
 def do_bench(args: dict) -> dict:

@@ -66,6 +66,16 @@ class LinkHelper:
                 raise RuntimeError((reply or {}).get("error") or "the helper died measuring")
             return pickle.loads(out.read_bytes())
 
+    def measure_file(self, task_path: Path) -> list[dict]:
+        """Another worker's pickled batch, loaded and timed by the helper only; plain JSON
+        back, so the measure child itself never imports the compiler (it saves a second)."""
+        out = task_path.with_name("measured.json")
+        _send(self.requests, {"measure": str(task_path), "out": str(out), "json": True})
+        reply = _receive(self.replies)
+        if reply is None or reply.get("error"):
+            raise RuntimeError((reply or {}).get("error") or "the helper died measuring")
+        return json.loads(out.read_text())
+
     def close(self) -> None:
         os.close(self.requests)
         os.waitpid(self.pid, 0)
@@ -105,11 +115,21 @@ def _serve(requests: int, replies: int) -> None:
 
 
 def _measure(request: dict) -> dict:
-    """Our own pickle, written by the compile child a moment ago (same user, same limits)."""
+    """A pickle written by a compile child: this one's a moment ago, or another worker's
+    (a measure child's; sandboxed like this helper, the only place it is loaded)."""
+    from compiler_core.tune.builder import BuildTask
     from compiler_core.tune.runner import run_batch
     try:
         task = pickle.loads(Path(request["measure"]).read_bytes())
-        Path(request["out"]).write_bytes(pickle.dumps(run_batch(task)))
+        if not isinstance(task, BuildTask):
+            return {"error": f"the batch holds a {type(task).__name__}, not a BuildTask"}
+        measured = run_batch(task)
+        out = Path(request["out"])
+        if request.get("json"):
+            out.write_text(json.dumps([{"seconds": m.seconds, "error": m.error}
+                                       for m in measured]))
+        else:
+            out.write_bytes(pickle.dumps(measured))
         return {}
-    except OSError as exc:
-        return {"error": f"measuring: {exc}"}
+    except Exception as exc:  # noqa: BLE001  a bad pickle fails its batch, not the helper
+        return {"error": f"measuring: {type(exc).__name__}: {exc}"}

@@ -83,7 +83,3 @@ def _measurement(schedule, row: dict, worker: str):
     if not isinstance(seconds, (int, float)) or not 0 < seconds < float("inf"):
         return Measurement(schedule, None, "the remote worker gave no time", worker)
     return Measurement(schedule, float(seconds), None, worker)
-
-
-def as_json(measured: list) -> list[dict]:
-    return [{"seconds": m.seconds, "error": m.error} for m in measured]

@@ -21,7 +21,9 @@ next batch as soon as its last one is back, so N slots keep N batches in flight;
 are picked, recorded and judged for early stopping under one lock, counting the candidates
 in flight against the budget and the workload's share. With one slot this is the plain
 loop. A slot that fails (a worker died, a reply timed out) has its batch timed here and
-retires; batches timed here never overlap (they would share the cores).
+retires; batches timed here never overlap (they would share the cores). Once the local slot
+is done, the others' batches are awaited for GRACE_SECONDS (or three times the slowest
+batch) and then dropped, so a lost worker never holds the compile up.
 """
 from __future__ import annotations
 
@@ -48,6 +50,8 @@ PEAK_FLOPS = 50e9  # one core, for the a-priori estimate of a kernel's time
 PEAK_BYTES = 20e9
 CONFIRM_ROUNDS = 3    # head-to-head re-timings of the best against the default, at most
 CONFIRM_SHARE = 0.1   # of a seconds budget
+GRACE_SECONDS = 30.0  # how long other slots' batches are awaited once the local slot is done
+WAIT_SECONDS = 0.5    # a slot waiting for batches in flight looks at a seconds budget this often
 
 
 @dataclass
@@ -124,6 +128,7 @@ class Tuner:
         self._lock = threading.Condition()   # the tuner's state, shared by the slots
         self._local = threading.Lock()       # one batch at a time on this machine's cores
         self._failed: BaseException | None = None
+        self._closed, self._longest = False, 0.0   # slots abandoned; slowest batch (s)
         self.measured_by: Counter = Counter()
         self.workloads: list[Workload] = []
         self.trials, self.failures, self.seconds = 0, 0, 0.0
@@ -199,8 +204,15 @@ class Tuner:
                    for run in [self.run_batch, *self.slots]]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        threads[0].join()  # the local slot stops when the budget or the work runs out
+        grace = time.monotonic() + max(GRACE_SECONDS, 3 * self._longest)
+        for t in threads[1:]:
+            t.join(max(0.0, grace - time.monotonic()))
+        with self._lock:  # a slot still out is abandoned: its answer is dropped
+            self._closed = True
+            for w in self.workloads:
+                w.pending.clear()
+                w.in_flight = 0
         if self._failed is not None:
             raise self._failed
 
@@ -220,8 +232,12 @@ class Tuner:
             if batch is None:
                 return
             w, task, fresh = batch
+            began = time.monotonic()
             measured, retire = self._measure(run, task)
             with self._lock:
+                if self._closed:
+                    return
+                self._longest = max(self._longest, time.monotonic() - began)
                 self._finish_batch(w, task, fresh, measured)
                 self._progress(w, started)
                 self._lock.notify_all()
@@ -236,7 +252,7 @@ class Tuner:
             if w is None:
                 if not any(x.in_flight for x in self.workloads):
                     return None
-                self._lock.wait()
+                self._lock.wait(WAIT_SECONDS)
                 continue
             pending = sum(len(x.pending) for x in self.workloads)
             room = BATCH if self.request.trials is None else \
@@ -245,7 +261,7 @@ class Tuner:
             if batch is not None:
                 return batch
             if w.in_flight:   # the rest of its space is in flight
-                self._lock.wait()
+                self._lock.wait(WAIT_SECONDS)
             else:
                 self._progress(w, started)
         return None

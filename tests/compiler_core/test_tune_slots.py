@@ -120,3 +120,18 @@ def test_one_slot_measures_as_before(tmp_path):
     tuner = tune(TuningRequest(trials=20), tmp_path, run)
     assert seen[:3] == [8, 9, 5] and np.sum(seen[:3]) - 2 == 20  # 2 references not counted
     assert tuner.summary()["measured_by"] == {"local": tuner.summary()["trials"]}
+
+
+def test_a_slot_that_never_answers_is_abandoned(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuner_module, "GRACE_SECONDS", 0.5)
+    never = threading.Event()
+
+    def stuck(task):
+        never.wait(30)
+        return []
+    started = time.monotonic()
+    tuner = tune(TuningRequest(seconds=1.0), tmp_path, FakeMeasurer(sleep=0.02), [stuck])
+    never.set()
+    assert time.monotonic() - started < 5
+    assert tuner.summary()["measured_by"] == {"local": tuner.summary()["trials"]}
+    assert not any(w.pending or w.in_flight for w in tuner.workloads)

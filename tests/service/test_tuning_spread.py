@@ -81,7 +81,12 @@ def tuned_trials(api, model_id: str, cpus: list[int], seconds: float) -> dict:
     try:
         resp = api.post_json("/api/v1/jobs", {"model": model_id,
                                               "tuning": {"seconds": seconds}})
-        job = wait_for(api, resp.json()["id"], timeout=seconds + 300)
+        try:
+            job = wait_for(api, resp.json()["id"], timeout=seconds + 300)
+        except AssertionError:
+            for proc in procs:
+                print(proc.log_path.read_text()[-6000:])
+            raise
     finally:
         for cpu, proc in zip(cpus, procs):
             proc.stop()
