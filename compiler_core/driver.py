@@ -33,7 +33,8 @@ def compile(model, input_shapes: dict | None = None, target: str = "native", opt
             tuning=None, progress: Callable[[str], None] | None = None,
             link: Callable = link_shared, weight_dtype: str = "float32",
             sample_inputs: dict | None = None, on_tune: Callable[[dict], None] | None = None,
-            records=None, measure: Callable | None = None) -> Artifact:
+            records=None, measure: Callable | None = None,
+            measure_slots: list[Callable] = ()) -> Artifact:
     """`progress(stage)` is called as each stage starts: validate, optimize, [tune,] build.
     `link` runs the system linker (link_shared's signature); a sandbox that forbids exec
     passes one that asks a helper process. `weight_dtype` "float16" or "int8" stores dense
@@ -42,9 +43,10 @@ def compile(model, input_shapes: dict | None = None, target: str = "native", opt
     reported in meta.json's `weight_precision`. `tuning` (tune/request.py) makes the
     autotuner pick schedules; `on_tune(event)` follows its progress; `records` is a records
     store (tune/records.py) used instead of the request's records file (the service's table);
-    `measure` replaces tune/runner.run_batch (a sandbox without exec asks a helper)."""
+    `measure` replaces tune/runner.run_batch (a sandbox without exec asks a helper);
+    `measure_slots` time batches elsewhere at the same time (the service's other workers)."""
     tuner = make_tuner(parse_tuning(tuning), get_target(target), opt_level, weight_dtype,
-                       on_tune, records, measure)
+                       on_tune, records, measure, measure_slots)
     artifact, graph, tgt = _compile(model, input_shapes, target, opt_level, tuner, progress,
                                     link, weight_dtype)
     if weight_dtype == "float32":
@@ -92,7 +94,7 @@ def _compile(model, input_shapes, target, opt_level, tuner, progress, link, weig
 
 
 def make_tuner(request, tgt, opt_level, weight_dtype, on_tune, records,
-               measure=None) -> Tuner | None:
+               measure=None, slots=()) -> Tuner | None:
     """The tuning pass for this compile; it only applies records when the target's code
     cannot run (and so cannot be timed) on this machine."""
     if request is None:
@@ -100,7 +102,7 @@ def make_tuner(request, tgt, opt_level, weight_dtype, on_tune, records,
     runs = request.measures and tgt.runs_here
     tuner = Tuner(request, tgt.spec, opt_level, records or RecordStore(request.records),
                   measure=runs, on_progress=on_tune, weight_dtype=weight_dtype,
-                  run=measure or run_batch)
+                  run=measure or run_batch, slots=slots)
     if request.measures and not runs:
         tuner.note = (f"not tuned: code for {tgt.name} cannot be timed on this machine; "
                       "records for it were applied")

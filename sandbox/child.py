@@ -2,7 +2,7 @@
 
 It confines itself first (sandbox/confine.py), then imports compiler_core only (no Django),
 prints stage events as JSON lines on stdout and writes {"result": ...} or
-{"error": ..., "kind": ...}. KIND is compile, bench or inspect.
+{"error": ..., "kind": ...}. KIND is compile, bench, inspect or measure (a batch of another worker's tuning).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def do_compile(args: dict, linker: LinkHelper | None = None) -> dict:
     import compiler_core as cc
 
     shapes = {k: tuple(v) for k, v in args["input_shapes"].items()}
-    helper = {"link": linker.link, "measure": linker.measure} if linker is not None else {}
+    helper = measuring(args, linker) if linker is not None else {}
     artifact = cc.compile(args["model_path"], input_shapes=shapes, target=args["target"],
                           opt_level=args["opt_level"], tuning=args["tuning"], progress=emit,
                           weight_dtype=args.get("weight_dtype", "float32"),
@@ -34,6 +34,34 @@ def do_compile(args: dict, linker: LinkHelper | None = None) -> dict:
     out = artifact.save(args["out_dir"])
     cc.load(out, threads=args.get("threads", 1))  # the library loads and links
     return {"meta": artifact.meta}
+
+
+def measuring(args: dict, linker: LinkHelper) -> dict:
+    """cc.compile's link and measure callables: the helper's, and one remote slot per other
+    worker of the target that the worker found online (`measure_slots` in all)."""
+    from .measure_slots import LocalSlot, RemoteSlot
+    local = LocalSlot(linker.measure, args.get("worker") or "local", args.get("measure_lock_fd"))
+    remote = RemoteSlot(Path(args.get("measure_dir") or "measure"),
+                        lambda n: print(json.dumps({"measure": n}), flush=True),
+                        float(args.get("measure_seconds") or 600))
+    slots = [remote] * max(0, int(args.get("measure_slots") or 1) - 1)
+    return {"link": linker.link, "measure": local, "measure_slots": slots}
+
+
+def do_measure(args: dict, linker: LinkHelper) -> dict:
+    """Another worker's batch of candidates, timed here: the pickle is untrusted, so it is
+    only ever loaded inside this sandbox; the answer is plain JSON."""
+    import pickle
+
+    from compiler_core.errors import CompileError
+    from compiler_core.tune.builder import BuildTask
+
+    from .measure_slots import as_json
+    task = pickle.loads(Path(args["task_path"]).read_bytes())
+    if not isinstance(task, BuildTask):
+        raise CompileError(f"a measuring task holds a {type(task).__name__}, not a BuildTask")
+    emit("measure", candidates=len(task.schedules))
+    return {"measurements": as_json(linker.measure(task))}
 
 
 def do_bench(args: dict) -> dict:
@@ -79,8 +107,9 @@ def do_inspect(args: dict) -> dict:
             "member": str(model_path.relative_to(args["unpack_dir"]))}
 
 
-ENTRIES = {"compile": do_compile, "bench": do_bench, "inspect": do_inspect}
-NEEDS_LINKER = {"compile"}
+ENTRIES = {"compile": do_compile, "bench": do_bench, "inspect": do_inspect,
+           "measure": do_measure}
+NEEDS_LINKER = {"compile", "measure"}
 
 
 def error_payload(exc: BaseException, limits: Limits) -> dict:

@@ -44,13 +44,14 @@ class Aborted(RuntimeError):
 
 @dataclass
 class ChildSpec:
-    kind: str                       # "compile", "bench" or "inspect"
+    kind: str                       # "compile", "bench", "inspect" or "measure"
     args: dict
     workdir: Path
     timeout: float
     limits: Limits = field(default_factory=Limits)
     module: str = "sandbox.child"
     env: dict = field(default_factory=dict)
+    pass_fds: tuple = ()            # open files the child gets (the measurement lock)
 
 
 def child_env(spec: ChildSpec) -> dict:
@@ -96,7 +97,8 @@ def _start(spec: ChildSpec, result_path: Path, log_path: Path) -> subprocess.Pop
     with open(log_path, "wb") as log_file:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, cwd=spec.workdir,
                                 env={**child_env(spec), **_parent_env()}, start_new_session=True,
-                                stdin=subprocess.DEVNULL, close_fds=True)
+                                stdin=subprocess.DEVNULL, close_fds=True,
+                                pass_fds=spec.pass_fds)
 
 
 def _read_events(stream, out: queue.Queue, limits: Limits) -> None:

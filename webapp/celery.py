@@ -19,6 +19,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 # the names the worker registers its tasks under (workers/tasks.py)
 COMPILE_JOB = "tensorforge.compile_job"
 REAP_STALE_JOBS = "tensorforge.reap_stale_jobs"
+MEASURE_BATCH = "tensorforge.measure_batch"  # a batch of another worker's tuning
 
 app = Celery("tensorforge")
 app.conf.update(

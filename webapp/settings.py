@@ -7,6 +7,8 @@ stack wrote to var/devstack.json (webapp/env.py), so `manage.py` works in a seco
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 
@@ -153,6 +155,14 @@ SANDBOX_PROCESSES = env_int("TENSORFORGE_SANDBOX_PROCESSES", 256)     # threads 
 SANDBOX_OPEN_FILES = env_int("TENSORFORGE_SANDBOX_OPEN_FILES", 512)
 SANDBOX_CHILD_MODULE = env_str("TENSORFORGE_SANDBOX_CHILD_MODULE", "sandbox.child")
 SANDBOX_CHILD_ENV: dict = {}  # extra variables for the child (tests set fault switches here)
+# Tuning spread over the workers (workers/measure_remote.py): a worker waits this long for
+# another to start a batch, and a batch may take this long; the lock files live here (one
+# per set of cores, shared by every worker of the host)
+MEASURE_START_SECONDS = env_float("TENSORFORGE_MEASURE_START_SECONDS", 20.0)
+MEASURE_TIMEOUT = env_int("TENSORFORGE_MEASURE_TIMEOUT", 300)
+MEASURE_TASK_MB = env_int("TENSORFORGE_MEASURE_TASK_MB", 64)
+MEASURE_LOCK_DIR = env_str("TENSORFORGE_MEASURE_LOCK_DIR",
+                           os.path.join(tempfile.gettempdir(), "tensorforge-measure-locks"))
 BENCH_MAX_SECONDS = env_float("TENSORFORGE_BENCH_MAX_SECONDS", 10.0)
 BENCH_MIN_RUNS = env_int("TENSORFORGE_BENCH_MIN_RUNS", 10)
 WORK_DIR = Path(env_str("TENSORFORGE_WORK_DIR", str(VAR_DIR / "work")))

@@ -12,6 +12,7 @@ import functools
 import io
 import json
 import logging
+import os
 import shutil
 import subprocess
 import tarfile
@@ -36,6 +37,7 @@ from webapp.jobs.models import Artifact, BenchmarkResult, CompileJob, JobState
 from webapp.jobs.storage import StorageError
 from webapp.jobs.tuning_records import export_records, import_records, tuning_seconds_cap
 
+from . import measure_remote
 from .liveness import Cancelled, Heartbeat, patiently
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,7 @@ class JobRun:
     def __init__(self, job: CompileJob):
         self.job = job
         self.workdir = Path(settings.WORK_DIR) / str(job.id)
+        self.dispatcher: measure_remote.Dispatcher | None = None  # while tuning
 
     # -- bookkeeping
     def log(self, line: str) -> None:
@@ -81,11 +84,13 @@ class JobRun:
         self._save(stage=stage, progress=progress)
         self.log(f"stage {stage}")
 
-    def child(self, kind: str, args: dict, timeout: float, allow_exec: bool = False) -> dict:
+    def child(self, kind: str, args: dict, timeout: float, allow_exec: bool = False,
+              pass_fds: tuple = ()) -> dict:
         spec = ChildSpec(kind, args, self.workdir, timeout,
                          sandbox_limits(timeout, self.job.threads, allow_exec),
                          module=settings.SANDBOX_CHILD_MODULE,
-                         env={**thread_env(self.job.threads), **settings.SANDBOX_CHILD_ENV})
+                         env={**thread_env(self.job.threads), **settings.SANDBOX_CHILD_ENV},
+                         pass_fds=pass_fds)
         try:
             return run_child(spec, on_event=self._on_event, should_abort=self.cancelled)
         except Aborted:
@@ -104,6 +109,8 @@ class JobRun:
             self.enter(event["stage"])
         if isinstance(event.get("tuning"), dict):
             self.tuning_event(event["tuning"])
+        if "measure" in event and self.dispatcher is not None:
+            self.dispatcher.handle(event["measure"])
 
     def tuning_event(self, event: dict) -> None:
         """The tuner's progress, and its curve so far, for the job page."""
@@ -209,20 +216,35 @@ def compile_stage(run: JobRun, model_path: Path, out_dir: Path) -> dict:
     job = run.job
     records = run.workdir / "tuning-records.jsonl"
     tuning = tuning_request(run, records) if job.tuning else None
-    try:
-        result = run.child("compile", {
-            "model_path": str(model_path), "out_dir": str(out_dir), "target": job.target,
+    args = {"model_path": str(model_path), "out_dir": str(out_dir), "target": job.target,
             "input_shapes": job.input_shapes, "opt_level": job.opt_level, "tuning": tuning,
-            "threads": job.threads, "weight_dtype": job.weight_dtype},
-            settings.SANDBOX_COMPILE_TIMEOUT)
+            "threads": job.threads, "weight_dtype": job.weight_dtype}
+    lock = measure_remote.open_lock() if tuning else None
+    try:
+        if tuning:
+            run.dispatcher = measure_remote.Dispatcher(job, run.workdir, run.log)
+            args.update(run.dispatcher.child_args(lock))
+        result = run.child("compile", args, settings.SANDBOX_COMPILE_TIMEOUT,
+                           pass_fds=(lock,) if lock is not None else ())
     finally:  # finished, failed or cancelled: what was measured is kept for every job
+        if run.dispatcher is not None:
+            run.dispatcher.stop()
+        if lock is not None:
+            os.close(lock)
         if tuning:
             added = import_records(records, job)
             run.log(f"tuning: {added} new records shared")
-    stats = result["meta"].get("stats", {})
-    run.log(f"compiled: {len(result['meta'].get('kernels', []))} kernels, "
-            f"{stats.get('compile_seconds', '?')} s")
+    log_compile(run, result["meta"])
     return result["meta"]
+
+
+def log_compile(run: JobRun, meta: dict) -> None:
+    stats = meta.get("stats", {})
+    run.log(f"compiled: {len(meta.get('kernels', []))} kernels, "
+            f"{stats.get('compile_seconds', '?')} s")
+    by = (meta.get("tuning") or {}).get("measured_by")
+    if by:
+        run.log("tuning: trials measured by " + ", ".join(f"{w} {n}" for w, n in by.items()))
 
 
 def tuning_request(run: JobRun, records: Path) -> dict:

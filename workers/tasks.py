@@ -6,9 +6,9 @@ from celery.signals import worker_init, worker_process_init
 
 from sandbox import confine, namespaces
 
-from webapp.celery import COMPILE_JOB, REAP_STALE_JOBS
+from webapp.celery import COMPILE_JOB, MEASURE_BATCH, REAP_STALE_JOBS
 
-from . import pipeline, reaper
+from . import measure_remote, pipeline, reaper
 from .celery_app import app
 
 
@@ -37,6 +37,12 @@ def die_with_the_worker(**_):
 @app.task(name=COMPILE_JOB, bind=True, base=JobTask)
 def compile_job(self, job_id: str) -> None:
     pipeline.run_job(job_id, worker=self.request.hostname or "eager")
+
+
+@app.task(name=MEASURE_BATCH, bind=True, acks_late=False)
+def measure_batch(self, payload: dict) -> None:
+    """Not re-delivered when this worker dies: the requester measures the batch itself."""
+    measure_remote.measure_batch(payload, worker=self.request.hostname or "eager")
 
 
 @app.task(name=REAP_STALE_JOBS)

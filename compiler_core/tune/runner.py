@@ -32,6 +32,7 @@ class Measurement:
     schedule: object
     seconds: float | None = None   # per call; None when it failed
     error: str | None = None
+    by: str | None = None          # the worker that measured it (the service's slots)
 
     @property
     def ok(self) -> bool:

@@ -26,8 +26,10 @@ class Strategy(Protocol):
 
 
 def untried(workload) -> list:
-    """Candidates not measured yet, the default aside (it is the reference of every batch)."""
-    return [s for s in workload.space[1:] if s not in workload.tried]
+    """Candidates not measured yet nor in flight (another slot is timing them), the default
+    aside (it is the reference of every batch)."""
+    pending = getattr(workload, "pending", ())
+    return [s for s in workload.space[1:] if s not in workload.tried and s not in pending]
 
 
 class RandomSearch:

@@ -14,10 +14,20 @@ Then each tuned workload's best is timed again against the default in one child 
 many noisy timings is flattered by the noise): a schedule's time is its latest measurement,
 so these head-to-heads decide, in this compile and whenever the records are reused. They
 count as trials, on top of a trials budget; a seconds budget keeps CONFIRM_SHARE for them.
+
+Slots: `run` times a batch here; each of `slots` times batches elsewhere (in the service,
+another worker on the same hardware: tune/slots.py). Every slot is a thread that takes the
+next batch as soon as its last one is back, so N slots keep N batches in flight; batches
+are picked, recorded and judged for early stopping under one lock, counting the candidates
+in flight against the budget and the workload's share. With one slot this is the plain
+loop. A slot that fails (a worker died, a reply timed out) has its batch timed here and
+retires; batches timed here never overlap (they would share the cores).
 """
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -52,6 +62,8 @@ class Workload:
     trials: int = 0               # measurements made by this compile
     since_gain: int = 0
     done: bool = False
+    pending: set = field(default_factory=set)  # candidates in flight
+    in_flight: int = 0            # batches in flight
 
     @property
     def op(self) -> str:
@@ -103,12 +115,16 @@ class Tuner:
                  store: RecordStore, measure: bool = True,
                  on_progress: Callable[[dict], None] | None = None,
                  strategy: Strategy | None = None, run: Callable = run_batch,
-                 weight_dtype: str = "float32"):
+                 weight_dtype: str = "float32", slots: list[Callable] = ()):
         self.request, self.spec, self.opt_level, self.store = request, spec, opt_level, store
         self.target = target_key(spec, request.threads)
         self.measure, self.on_progress = measure, on_progress or (lambda event: None)
         self.strategy = strategy or make_strategy()
-        self.run_batch, self.weight_dtype = run, weight_dtype
+        self.run_batch, self.weight_dtype, self.slots = run, weight_dtype, list(slots)
+        self._lock = threading.Condition()   # the tuner's state, shared by the slots
+        self._local = threading.Lock()       # one batch at a time on this machine's cores
+        self._failed: BaseException | None = None
+        self.measured_by: Counter = Counter()
         self.workloads: list[Workload] = []
         self.trials, self.failures, self.seconds = 0, 0, 0.0
         self.curve: list[dict] = []
@@ -145,6 +161,7 @@ class Tuner:
         w.tried[m.schedule] = m
         w.trials += 1
         self.trials += 1
+        self.measured_by[m.by or "local"] += 1
         self.failures += not m.ok
         self.store.add(make_record(w.key, self.target, w.op, schedule_fields(m.schedule),
                                    m.schedule == w.space[0], m.seconds, m.error))
@@ -153,15 +170,19 @@ class Tuner:
 
     def _out_of_budget(self, started: float) -> bool:
         r = self.request
-        return bool((r.trials is not None and self.trials >= r.trials)
+        pending = sum(len(w.pending) for w in self.workloads)
+        return bool((r.trials is not None and self.trials + pending >= r.trials)
                     or (r.seconds is not None
                         and time.monotonic() - started >= r.seconds * (1 - CONFIRM_SHARE)))
 
     def _pick(self) -> Workload | None:
-        live = [w for w in self.workloads if not w.done]
+        """The workload with most time per trial spent or in flight; one whose default is
+        being timed waits for it (its estimate and its reference depend on it)."""
+        live = [w for w in self.workloads
+                if not w.done and not (w.in_flight and w.default_seconds is None)]
         scale = self._calibration()
         return max(live, key=lambda w: w.estimate * (1.0 if w.default_seconds else scale)
-                   / (w.trials + BATCH)) if live else None
+                   / (w.trials + len(w.pending) + BATCH)) if live else None
 
     def _calibration(self) -> float:
         """How far the a-priori guesses are from the times measured so far (their median
@@ -171,29 +192,97 @@ class Tuner:
         return ratios[len(ratios) // 2] if ratios else 1.0
 
     def _spend(self, started: float) -> None:
-        while not self._out_of_budget(started):
+        if not self.slots:
+            self._slot(self.run_batch, started)
+            return
+        threads = [threading.Thread(target=self._guarded, args=(run, started), daemon=True)
+                   for run in [self.run_batch, *self.slots]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if self._failed is not None:
+            raise self._failed
+
+    def _guarded(self, run: Callable, started: float) -> None:
+        try:
+            self._slot(run, started)
+        except BaseException as exc:  # noqa: BLE001  raised again by _spend
+            with self._lock:
+                self._failed = self._failed or exc
+                self._lock.notify_all()
+
+    def _slot(self, run: Callable, started: float) -> None:
+        """Batches for one slot until the budget or the workloads run out."""
+        while True:
+            with self._lock:
+                batch = self._next_batch(started)
+            if batch is None:
+                return
+            w, task, fresh = batch
+            measured, retire = self._measure(run, task)
+            with self._lock:
+                self._finish_batch(w, task, fresh, measured)
+                self._progress(w, started)
+                self._lock.notify_all()
+            if retire:
+                return
+
+    def _next_batch(self, started: float):
+        """(workload, task, fresh) under the lock; waits while only batches in flight can
+        free work; None when there is nothing left to do."""
+        while self._failed is None and not self._out_of_budget(started):
             w = self._pick()
             if w is None:
-                break
-            room = BATCH if self.request.trials is None else self.request.trials - self.trials
-            self._tune_batch(w, max(1, min(BATCH, room)))
-            self._progress(w, started)
+                if not any(x.in_flight for x in self.workloads):
+                    return None
+                self._lock.wait()
+                continue
+            pending = sum(len(x.pending) for x in self.workloads)
+            room = BATCH if self.request.trials is None else \
+                self.request.trials - self.trials - pending
+            batch = self._start_batch(w, max(1, min(BATCH, room)))
+            if batch is not None:
+                return batch
+            if w.in_flight:   # the rest of its space is in flight
+                self._lock.wait()
+            else:
+                self._progress(w, started)
+        return None
 
-    def _tune_batch(self, w: Workload, size: int) -> None:
+    def _start_batch(self, w: Workload, size: int):
         fresh = w.default_seconds is None
         batch = self.strategy.propose(w, size - fresh)
         if not batch and not fresh:
-            w.done = True
-            return
-        before = w.best.seconds if w.best else None
+            w.done = not w.in_flight
+            return None
+        w.pending.update([w.space[0]] + batch if fresh else batch)
+        w.in_flight += 1
         task = BuildTask(w.nodes[0], [w.space[0]] + batch, self.spec, self.opt_level,
                          w.checked, self.request.threads, self.weight_dtype)
-        measured = self.run_batch(task)
+        return w, task, fresh
+
+    def _measure(self, run: Callable, task: BuildTask) -> tuple[list, bool]:
+        """(measurements, whether the slot retires): a failed slot's batch is timed here."""
+        if run is not self.run_batch:
+            try:
+                measured = run(task)
+                if len(measured) == len(task.schedules):
+                    return measured, False
+            except Exception:  # noqa: BLE001  a lost worker or reply: measured here instead
+                pass
+        with self._local:
+            return self.run_batch(task), run is not self.run_batch
+
+    def _finish_batch(self, w: Workload, task: BuildTask, fresh: bool, measured: list) -> None:
+        w.in_flight -= 1
+        w.pending.difference_update(task.schedules if fresh else task.schedules[1:])
+        before = w.best.seconds if w.best else None
         for m in measured[0 if fresh else 1:]:
             self._record(w, m)
         self.strategy.observe(w, measured[0 if fresh else 1:])
         w.source = "tuned"
-        self._after_batch(w, before, len(batch), measured[0])
+        self._after_batch(w, before, len(task.schedules) - 1, measured[0])
 
     def _after_batch(self, w: Workload, before, count: int, reference: Measurement) -> None:
         if not reference.ok:
@@ -214,7 +303,9 @@ class Tuner:
                 return
             task = BuildTask(w.nodes[0], [w.space[0], best.schedule], self.spec,
                              self.opt_level, w.checked, self.request.threads, self.weight_dtype)
-            for m in self.run_batch(task):
+            with self._local:
+                measured = self.run_batch(task)
+            for m in measured:
                 self._record(w, m)
             confirmed.add(best.schedule)
 
@@ -251,7 +342,8 @@ class Tuner:
                 "reused": sum(w.source == "records" for w in self.workloads),
                 "tuned_kernels": sum(w.source == "tuned" for w in self.workloads),
                 "tunable_kernels": len(self.workloads), "seconds": round(self.seconds, 2),
-                "note": self.note, "kernels": kernels, "curve": self.curve}
+                "note": self.note, "kernels": kernels, "curve": self.curve,
+                "measured_by": dict(self.measured_by)}
 
     @staticmethod
     def _kernel_summary(w: Workload) -> dict:

@@ -1,0 +1,122 @@
+"""The tuner with several measuring slots (the service's workers): N slots keep N batches in
+flight, so a seconds budget measures about N times the trials, with the same results as one
+slot; a slot that fails has its batch measured locally and retires; local batches never
+overlap. The measurers here are fakes that sleep like a child timing a batch and report a
+known time per schedule (tests/compiler_core/test_tune_search.py's synthetic model)."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from compiler_core.codegen.target_machine import host_spec
+from compiler_core.ir import Graph
+from compiler_core.tune import RecordStore, Tuner, TuningRequest, tuner as tuner_module
+from compiler_core.tune.runner import Measurement
+from compiler_core.tune.search import RandomSearch
+
+from .test_tune_search import gemm_workload, synthetic_seconds
+
+BATCH_SECONDS = 0.08
+
+
+def gemm_graph() -> Graph:
+    node = gemm_workload().nodes[0]
+    return Graph([node.inputs[0]], list(node.outputs), [node])
+
+
+class FakeMeasurer:
+    """Sleeps as if timing the batch; counts the batches that overlap in it."""
+
+    def __init__(self, name: str | None = None, sleep: float = BATCH_SECONDS):
+        self.name, self.sleep = name, sleep
+        self.busy, self.overlaps, self.batches = 0, 0, 0
+        self.lock = threading.Lock()
+
+    def __call__(self, task) -> list:
+        with self.lock:
+            self.busy += 1
+            self.overlaps += self.busy > 1
+            self.batches += 1
+        time.sleep(self.sleep)
+        with self.lock:
+            self.busy -= 1
+        return [Measurement(s, synthetic_seconds(s), by=self.name) for s in task.schedules]
+
+
+def tune(request: TuningRequest, tmp_path, local, slots=(), strategy=None) -> Tuner:
+    tuner = Tuner(request, host_spec(), 3, RecordStore(tmp_path / f"r{len(slots)}.jsonl"),
+                  run=local, slots=list(slots), strategy=strategy)
+    tuner(gemm_graph())
+    return tuner
+
+
+@pytest.fixture
+def no_early_stop(monkeypatch):
+    monkeypatch.setattr(tuner_module, "PATIENCE", 10**6)
+
+
+def test_two_slots_measure_about_twice_the_trials(tmp_path, no_early_stop):
+    request = TuningRequest(seconds=1.5)
+    one = tune(request, tmp_path, FakeMeasurer(), strategy=RandomSearch())
+    two = tune(request, tmp_path, FakeMeasurer(), [FakeMeasurer("w2")],
+               strategy=RandomSearch())
+    ratio = two.summary()["trials"] / one.summary()["trials"]
+    assert 1.6 < ratio < 2.4, (one.summary()["trials"], two.summary()["trials"])
+    by = two.summary()["measured_by"]
+    assert set(by) == {"local", "w2"} and abs(by["w2"] - by["local"]) <= 0.4 * by["local"]
+
+
+def test_slots_give_the_same_results_as_one(tmp_path, no_early_stop):
+    """With a budget over the whole space both measure every candidate and agree."""
+    request = TuningRequest(trials=400)
+    one = tune(request, tmp_path, FakeMeasurer(sleep=0.005))
+    two = tune(request, tmp_path, FakeMeasurer(sleep=0.005),
+               [FakeMeasurer("w2", 0.005), FakeMeasurer("w3", 0.005)])
+    (k1,), (k2,) = one.workloads, two.workloads
+    assert len(k1.tried) == len(k2.tried) == len(k1.space)
+    assert {s: m.seconds for s, m in k1.tried.items()} == \
+        {s: m.seconds for s, m in k2.tried.items()}
+    assert k1.nodes[0].schedule == k2.nodes[0].schedule != k1.space[0]
+    s1, s2 = one.summary(), two.summary()
+    assert s1["trials"] == s2["trials"] and sum(s2["measured_by"].values()) == s2["trials"]
+    assert not k2.pending and not k2.in_flight
+
+
+def test_a_trials_budget_is_kept_with_batches_in_flight(tmp_path, no_early_stop):
+    tuner = tune(TuningRequest(trials=40), tmp_path, FakeMeasurer(), [FakeMeasurer("w2")])
+    confirmations = 2 * 3  # at most CONFIRM_ROUNDS head-to-heads of 2 trials
+    assert 40 <= tuner.summary()["trials"] <= 40 + confirmations
+
+
+def test_a_failing_slot_is_measured_locally_and_retires(tmp_path, no_early_stop):
+    class Lost:
+        calls = 0
+
+        def __call__(self, task):
+            Lost.calls += 1
+            raise TimeoutError("no reply from w2")
+    local = FakeMeasurer(sleep=0.01)
+    tuner = tune(TuningRequest(trials=48), tmp_path, local, [Lost()])
+    assert Lost.calls == 1 and local.overlaps == 0  # the fallback waited for the local slot
+    assert tuner.summary()["measured_by"] == {"local": tuner.summary()["trials"]}
+    assert tuner.summary()["trials"] >= 48
+
+
+def test_a_failing_local_measurer_fails_the_tuning(tmp_path):
+    def broken(task):
+        raise RuntimeError("the helper died measuring")
+    with pytest.raises(RuntimeError, match="helper died"):
+        tune(TuningRequest(trials=16), tmp_path, broken, [FakeMeasurer("w2")])
+
+
+def test_one_slot_measures_as_before(tmp_path):
+    """The batches a single slot sends: 8 candidates each, the first with the default."""
+    seen = []
+
+    def run(task):
+        seen.append(len(task.schedules))
+        return [Measurement(s, synthetic_seconds(s)) for s in task.schedules]
+    tuner = tune(TuningRequest(trials=20), tmp_path, run)
+    assert seen[:3] == [8, 9, 5] and np.sum(seen[:3]) - 2 == 20  # 2 references not counted
+    assert tuner.summary()["measured_by"] == {"local": tuner.summary()["trials"]}
