@@ -282,6 +282,8 @@ class KernelLowering:
         simple = {"add": B.fadd, "sub": B.fsub, "mul": B.fmul, "div": B.fdiv}
         if op in simple:
             return simple[op](a, b, flags=FLAGS)
+        if op == "chain_add":  # loops.chain_add: no reassoc
+            return B.fadd(a, b, flags=("contract", "nsz"))
         if op in ("min", "max"):
             return self.intrinsic("minimum" if op == "min" else "maximum", dt, a, b)
         if op == "pow":

@@ -367,6 +367,13 @@ _FOLD = {
 }
 
 
+def chain_add(a: Expr, b: Expr) -> Expr:
+    """a + b (floats) that LLVM may contract into an FMA but not reassociate. Accumulators
+    of a fully unrolled sum are otherwise one expression tree, which reassociation turns
+    into a single serial chain of FMAs, bound by the FMA's latency instead of throughput."""
+    return binop("chain_add", a, b)
+
+
 def unop(op: str, a: Expr) -> Expr:
     return Un(op, a)
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..ir.loops import INDEX, Buf, Const, Get, as_expr, broadcast, cast, maximum, minimum
+from ..ir.loops import (INDEX, Buf, Const, Get, as_expr, broadcast, cast, chain_add, maximum,
+                        minimum)
 from .elementwise import SCALAR
 from .fastmath import math_call
 from .registry import lowering
@@ -187,8 +188,8 @@ class Cell:
             for r, start in enumerate(starts):
                 for j, off in enumerate(offsets):
                     total = Get(acc[0][r][j])
-                    for c in range(1, chains):
-                        total = total + Get(acc[c][r][j])
+                    for c in range(1, chains):  # the chains stay chains (loops.chain_add)
+                        total = chain_add(total, Get(acc[c][r][j]))
                     kb.store_flat(out, start + off, total)
 
     def _tile_step(self, acc, weights, d, col, offsets, vec_ats, i):
@@ -202,7 +203,7 @@ class Cell:
         for row_acc, vec_at in zip(acc, vec_ats):
             v = broadcast(vec_at(i), lanes)
             for a, wj in zip(row_acc, w):
-                kb.set(a, Get(a) + v * Get(wj))
+                kb.set(a, chain_add(Get(a), v * Get(wj)))
 
     def sweep_rows(self, out, starts, n, weights, d, col, vec_ats, first, count):
         """For each (start, vec_at) pair: out[start + g] += sum_u vec(first + u) * W[first + u, g].

@@ -65,3 +65,35 @@ def test_mismatched_lanes_are_refused():
     x = kb.buf("x", np.float32, (16,))
     with pytest.raises(TypeError, match="lanes"):
         x.vec(0, 8) + x.vec(0, 4)
+
+
+def test_chained_accumulators_stay_independent():
+    """Four accumulators of an unrolled sum: correct, and their adds carry no reassoc flag,
+    so LLVM cannot fold the four FMA chains back into one serial chain."""
+    from llvmlite import ir
+
+    from compiler_core.codegen.lower_kernel import lower_kernel
+    from compiler_core.ir.loops import chain_add
+
+    kb = KernelBuilder("chains")
+    a, b = kb.buf("a", np.float32, (128,)), kb.buf("b", np.float32, (128,))
+    out = kb.buf("out", np.float32, (1,))
+    accs = [kb.local(np.float32, 0.0, lanes=8) for _ in range(4)]
+    for j in range(16):
+        acc = accs[j % 4]
+        kb.set(acc, chain_add(Get(acc), a.vec(j * 8, 8) * b.vec(j * 8, 8)))
+    total = Get(accs[0])
+    for acc in accs[1:]:
+        total = chain_add(total, Get(acc))
+    kb.store_flat(out, 0, reduce_lanes("add", total))
+    kernel = kb.build()
+    module = ir.Module()
+    lower_kernel(module, kernel)
+    chained = [line for line in str(module).splitlines() if "= fadd" in line]
+    assert len(chained) == 16 + 3 and not any("reassoc" in line for line in chained)
+    assert all("contract" in line for line in chained)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(128, np.float32), rng.standard_normal(128, np.float32)
+    res = np.zeros(1, np.float32)
+    KernelLibrary([kernel])(0, x, y, res)
+    np.testing.assert_allclose(res[0], np.dot(x, y), rtol=1e-5)
