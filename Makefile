@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | md5sum | cut -c1-12)
 
-.PHONY: run setup bwrap test-faults test-load lint cross-aarch64 test test-service fuzz chromium test-slow test-conformance test-public-models conformance-report bench clean
+.PHONY: run setup bwrap test-faults test-load lint cross-aarch64 test test-service fuzz chromium test-slow test-conformance test-public-models conformance-report bench bench-tuning clean
 
 setup: $(STAMP) cross-aarch64 bwrap
 
@@ -89,6 +89,11 @@ bench: setup
 	$(PY) -m bench.models $(BENCH_ARGS)
 	$(PY) -m bench.fork_join
 	$(PY) -m bench.kernel_peaks
+
+# tuned against untuned (and ONNX Runtime) in one run, 4 minutes of tuning per model;
+# e.g. make bench-tuning TUNING_ARGS="--filter resnet50 --curve"
+bench-tuning: setup
+	$(PY) -m bench.tuning $(TUNING_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
