@@ -242,9 +242,12 @@ def log_compile(run: JobRun, meta: dict) -> None:
     stats = meta.get("stats", {})
     run.log(f"compiled: {len(meta.get('kernels', []))} kernels, "
             f"{stats.get('compile_seconds', '?')} s")
-    by = (meta.get("tuning") or {}).get("measured_by")
-    if by:
-        run.log("tuning: trials measured by " + ", ".join(f"{w} {n}" for w, n in by.items()))
+    tuning = meta.get("tuning") or {}
+    if tuning.get("measured_by"):
+        run.log("tuning: trials measured by "
+                + ", ".join(f"{w} {n}" for w, n in tuning["measured_by"].items()))
+    for failure in tuning.get("slot_failures") or []:
+        run.log(f"tuning: {failure}")
 
 
 def tuning_request(run: JobRun, records: Path) -> dict:

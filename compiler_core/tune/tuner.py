@@ -130,6 +130,7 @@ class Tuner:
         self._failed: BaseException | None = None
         self._closed, self._longest = False, 0.0   # slots abandoned; slowest batch (s)
         self.measured_by: Counter = Counter()
+        self.slot_failures: list[str] = []       # what went wrong with other slots
         self.workloads: list[Workload] = []
         self.trials, self.failures, self.seconds = 0, 0, 0.0
         self.curve: list[dict] = []
@@ -210,6 +211,9 @@ class Tuner:
             t.join(max(0.0, grace - time.monotonic()))
         with self._lock:  # a slot still out is abandoned: its answer is dropped
             self._closed = True
+            lost = sum(t.is_alive() for t in threads[1:])
+            if lost:
+                self.slot_failures.append(f"{lost} batches still out were dropped")
             for w in self.workloads:
                 w.pending.clear()
                 w.in_flight = 0
@@ -285,8 +289,11 @@ class Tuner:
                 measured = run(task)
                 if len(measured) == len(task.schedules):
                     return measured, False
-            except Exception:  # noqa: BLE001  a lost worker or reply: measured here instead
-                pass
+                why = "answered for another number of candidates"
+            except Exception as exc:  # noqa: BLE001  a lost worker or reply: measured here
+                why = f"{type(exc).__name__}: {exc}"
+            with self._lock:
+                self.slot_failures.append(f"a batch measured here instead: {why}"[:300])
         with self._local:
             return self.run_batch(task), run is not self.run_batch
 
@@ -359,7 +366,8 @@ class Tuner:
                 "tuned_kernels": sum(w.source == "tuned" for w in self.workloads),
                 "tunable_kernels": len(self.workloads), "seconds": round(self.seconds, 2),
                 "note": self.note, "kernels": kernels, "curve": self.curve,
-                "measured_by": dict(self.measured_by)}
+                "measured_by": dict(self.measured_by),
+                "slot_failures": self.slot_failures[:10]}
 
     @staticmethod
     def _kernel_summary(w: Workload) -> dict:

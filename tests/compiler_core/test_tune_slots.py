@@ -101,6 +101,8 @@ def test_a_failing_slot_is_measured_locally_and_retires(tmp_path, no_early_stop)
     assert Lost.calls == 1 and local.overlaps == 0  # the fallback waited for the local slot
     assert tuner.summary()["measured_by"] == {"local": tuner.summary()["trials"]}
     assert tuner.summary()["trials"] >= 48
+    assert tuner.summary()["slot_failures"] == [
+        "a batch measured here instead: TimeoutError: no reply from w2"]
 
 
 def test_a_failing_local_measurer_fails_the_tuning(tmp_path):
@@ -135,3 +137,4 @@ def test_a_slot_that_never_answers_is_abandoned(tmp_path, monkeypatch):
     assert time.monotonic() - started < 5
     assert tuner.summary()["measured_by"] == {"local": tuner.summary()["trials"]}
     assert not any(w.pending or w.in_flight for w in tuner.workloads)
+    assert tuner.summary()["slot_failures"] == ["1 batches still out were dropped"]

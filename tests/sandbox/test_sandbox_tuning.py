@@ -95,3 +95,5 @@ def test_compile_child_measures_a_lost_batch_itself(tmp_path):
         tmp_path, lambda n, task: {"error": "no worker started the batch in time"})
     assert len(asked) == 1  # the slot that failed retired
     assert tuning["measured_by"] == {"here": tuning["trials"]} and tuning["trials"] >= 16
+    assert tuning["slot_failures"] == ["a batch measured here instead: RuntimeError: remote "
+                                       "batch failed: no worker started the batch in time"]
