@@ -53,10 +53,18 @@ def host_spec() -> MachineSpec:
                        llvm.get_host_cpu_features().flatten())
 
 
+# Measured on znver4: LLVM's cost model let the loop vectorizer turn a strided elementwise
+# loop (squeeze-excite's channel scaling, x[c, i] * s[c]) into AVX-512 gathers and scatters,
+# 8x slower than the AVX2 build's plain loads; gathers and scatters are slow on AMD cores.
+# Our kernels load vectors explicitly where they want them.
+X86_TUNING = ",+prefer-no-gather,+prefer-no-scatter"
+
+
 def create_target_machine(spec: MachineSpec, opt: int = 3):
     init_llvm()
     target = llvm.Target.from_triple(spec.triple)
-    return target.create_target_machine(cpu=spec.cpu, features=spec.features, opt=opt,
+    features = spec.features + (X86_TUNING if spec.arch == "x86_64" else "")
+    return target.create_target_machine(cpu=spec.cpu, features=features, opt=opt,
                                         reloc="pic", codemodel="default")
 
 

@@ -1,6 +1,9 @@
 """Build tiny ONNX models and compare compiled outputs with ONNX Runtime."""
 from __future__ import annotations
 
+import subprocess
+import tempfile
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -77,3 +80,12 @@ def rand(*shape, dtype=np.float32, seed=0, low=-1.0, high=1.0):
     if np.dtype(dtype) == np.bool_:
         return rng.integers(0, 2, shape).astype(np.bool_)
     return rng.integers(int(low * 10), int(high * 10) + 1, shape).astype(dtype)
+
+
+def disassembly(art, objdump="objdump") -> list[str]:
+    """The lines of `objdump -d` of a compiled artifact's library."""
+    with tempfile.TemporaryDirectory() as d:
+        art.save(d)
+        out = subprocess.run([objdump, "-d", "--no-show-raw-insn", f"{d}/model.so"],
+                             capture_output=True, text=True, check=True).stdout
+    return out.splitlines()

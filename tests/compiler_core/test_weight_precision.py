@@ -1,8 +1,6 @@
 """Reduced-precision weights (weight_dtype float16 / int8): correctness within tolerance, the
 measured error in meta.json, refusals, and code that follows the target's features."""
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +12,7 @@ from compiler_core.codegen.target_machine import MachineSpec
 from compiler_core.passes.weight_precision import check_weight_dtype, quantize_int8
 from tests.models import catalog
 
-from .helpers import make_model, ort_run, rand
+from .helpers import disassembly, make_model, ort_run, rand
 
 SPEECH = Path(__file__).parents[1] / "models" / "speech_lstm_gru.onnx"
 
@@ -109,7 +107,7 @@ def test_weights_are_widened_in_the_targets_registers(target, register, weight_d
     machine may not run is measured on a host build."""
     art = cc.compile(str(catalog.model_path("wavernn")), catalog.input_shapes("wavernn"),
                      target=target, weight_dtype=weight_dtype)
-    widening = [line for line in _disassembly(art) if instruction in line]
+    widening = [line for line in disassembly(art) if instruction in line]
     assert any(register in line for line in widening), widening[:5]
     assert art.meta["weight_precision"]["accuracy"]["measured_on"] in (target, "native")
 
@@ -121,16 +119,8 @@ def test_arm_widens_with_neon(weight_dtype, instruction):
         pytest.skip("no aarch64 binutils here")
     art = cc.compile(str(catalog.model_path("wavernn")), catalog.input_shapes("wavernn"),
                      target="aarch64", weight_dtype=weight_dtype)
-    widening = [line for line in _disassembly(art, objdump) if instruction in line]
+    widening = [line for line in disassembly(art, objdump) if instruction in line]
     assert any(".4s" in line for line in widening), widening[:5]
-
-
-def _disassembly(art, objdump="objdump") -> list[str]:
-    with tempfile.TemporaryDirectory() as d:
-        art.save(d)
-        out = subprocess.run([objdump, "-d", "--no-show-raw-insn", f"{d}/model.so"],
-                             capture_output=True, text=True, check=True).stdout
-    return out.splitlines()
 
 
 def _load(path):
