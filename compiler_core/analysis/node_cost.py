@@ -94,18 +94,16 @@ def _epilogue(node: Node, operands=(2, 4)) -> int:
     return (extras + bool(node.attrs.get("activation"))) * _out(node)
 
 
-def _conv(node: Node) -> int:
+def _conv(node: Node, epilogue_operands=(2, 4)) -> int:
     taps = int(np.prod(node.attrs["kernel_shape"], dtype=np.int64))
     per_group = node.inputs[0].shape[1] // node.attrs["group"]
-    return 2 * _out(node) * per_group * taps + _epilogue(node)
+    return 2 * _out(node) * per_group * taps + _epilogue(node, epilogue_operands)
 
 
 def _winograd_conv(node: Node) -> int:
     """Counted as the direct convolution it replaces (inputs: padded X, U, bias, residual),
     so its GFLOP/s compare with the direct kernels' (an effective rate above the peak)."""
-    taps = int(np.prod(node.attrs["kernel_shape"], dtype=np.int64))
-    per_group = node.inputs[0].shape[1] // node.attrs["group"]
-    return 2 * _out(node) * per_group * taps + _epilogue(node, (2, 3))
+    return _conv(node, (2, 3))
 
 
 def _sparse_gemm(node: Node) -> int:
