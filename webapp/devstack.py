@@ -284,6 +284,9 @@ def run() -> None:
     stack = Supervisor()
     stop_requested = []
     signal.signal(signal.SIGTERM, lambda *a: stop_requested.append(1))
+    # a shell that starts us in the background hands SIGINT down ignored, and Python then
+    # never raises KeyboardInterrupt: Ctrl-C (or a supervisor's SIGINT) would do nothing
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         env = embedded_env(stack)
         os.environ.update(env)

@@ -166,7 +166,7 @@ def load(var: Path, clients: int, seconds: float, poll: float, upload_every: flo
             f"{bad} 5xx or unanswered")
         return 0 if ok else 1
     finally:
-        stack.send_signal(signal.SIGTERM)  # SIGINT is ignored when started in the background
+        stack.send_signal(signal.SIGTERM)
         stack.wait(60)
 
 

@@ -149,7 +149,7 @@ def drill(var: Path, timeout: float) -> int:
                 f"{job.get('error')!r}")
         return 0 if set(states.values()) == {"succeeded"} else 1
     finally:
-        stack.send_signal(signal.SIGTERM)  # SIGINT is ignored when started in the background
+        stack.send_signal(signal.SIGTERM)
         stack.wait(60)
         restarts = [line for line in (var / "devstack.out").read_text().splitlines()
                     if "[devstack]" in line]
