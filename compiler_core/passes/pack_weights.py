@@ -20,6 +20,7 @@ import dataclasses
 import numpy as np
 
 from ..ir import Graph, Node, Value
+from ..kernels.conv import conv_gemm_shape
 from ..kernels.conv_skinny import pack_skinny_weights
 from ..kernels.matmul import SMALL_N
 from ..kernels.packed_gemm import pack_panels
@@ -56,7 +57,7 @@ def _packable(n: Node) -> bool:
 
 
 def _columns(n: Node) -> int:
-    return n.outputs[1].shape[1] if len(n.outputs) > 1 else int(np.prod(n.outputs[0].shape[2:]))
+    return conv_gemm_shape(n)[0].N
 
 
 def packed_conv_weights(w: np.ndarray, group: int, mr: int) -> tuple[np.ndarray, int]:

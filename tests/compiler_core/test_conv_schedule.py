@@ -10,8 +10,10 @@ import compiler_core as cc
 from compiler_core.codegen.target_machine import host_spec
 from compiler_core.frontend.onnx import import_model
 from compiler_core.kernels import schedule
-from compiler_core.kernels.conv import ConvSchedule, conv_space, default_conv_schedule, split_blocks
+from compiler_core.kernels.conv import (ConvSchedule, conv_gemm_shape, conv_space,
+                                        default_conv_schedule, panels_size, split_blocks)
 from compiler_core.kernels.matmul import GemmShape, GemmTiles
+from compiler_core.passes.pipeline import run_pipeline
 
 from .helpers import make_model, ort_run, rand
 
@@ -54,6 +56,9 @@ CASES = {
     "grouped": dict(n=1, c=32, oc=64, hw=16, k=3, group=4),
     "depthwise": dict(n=1, c=64, oc=64, hw=24, k=3, group=64),
     "few columns, many channels": dict(n=1, c=256, oc=256, hw=5, k=3),
+    "1x1, input packed into panels": dict(n=1, c=40, oc=96, hw=13, k=1),
+    "3x3 strided, input packed, batch of 2": dict(n=2, c=16, oc=64, hw=31, k=3, stride=2,
+                                                 residual=True),
 }
 
 
@@ -98,7 +103,28 @@ def test_blocks_cover_the_axis_in_whole_tiles():
     assert size % 6 == 0 and (count - 1) * size + tail == 50 and 0 < tail <= size
 
 
-@pytest.mark.parametrize("case", ["3x3 padded, wide output", "batch of 2 with residual"])
+def test_convs_with_many_output_channels_pack_their_input():
+    for case in ("1x1, input packed into panels", "3x3 strided, input packed, batch of 2"):
+        node = conv_node(conv_model(**CASES[case]))
+        assert default_conv_schedule(node, host_spec()).pack, case
+        assert any(not s.pack for s in conv_space(node, host_spec()))  # the tuner may decide
+    few_rows = default_conv_schedule(conv_node(conv_model(**CASES["1x1, direct store"])),
+                                     host_spec())
+    assert not few_rows.pack  # B is read by too few row tiles for a copy to pay
+
+
+def test_packed_panels_are_a_scratch_output_of_the_conv():
+    graph = run_pipeline(import_model(conv_model(**CASES["1x1, input packed into panels"])), 3)
+    conv = next(n for n in graph.nodes if n.op == "Conv")
+    panels = conv.outputs[-1]
+    assert conv.attrs["panels"] and panels.name.endswith("_panels")
+    shape, pieces = conv_gemm_shape(conv)
+    assert panels.size == panels_size(conv.schedule, shape, pieces) >= shape.K * shape.N
+
+
+@pytest.mark.parametrize("case", ["3x3 padded, wide output", "batch of 2 with residual",
+                                  "1x1, input packed into panels",
+                                  "3x3 strided, input packed, batch of 2"])
 def test_a_sample_of_the_search_space_is_correct(case, monkeypatch):
     """Each candidate the autotuner may pick, compiled into the whole model, matches ORT."""
     model = conv_model(**CASES[case])
