@@ -56,11 +56,12 @@ def lower_conv_pad(node, kb, ins, outs):
         return
     # one (image, channel) plane per iteration: a single parallel region for the whole pad
     with kb.loops(xq.shape[:2], kind=loop_kind(xq.size)) as (n, c):
-        for phase in itertools.product(*[range(s) for s in strides]):
-            lo, hi = _inside(x.shape[2:], phase, strides, pads, q_shape)
-            _fill_outside(kb, xq, n, c, phase, lo, hi, q_shape, fill)
-            if all(a < b for a, b in zip(lo, hi)):
-                _copy_phase(kb, x, xq, n, c, phase, strides, pads, lo, hi)
+        for lead in itertools.product(*[range(s) for s in strides[:-1]]):
+            phases = [(*lead, ph) for ph in range(strides[-1])]
+            boxes = [_inside(x.shape[2:], ph, strides, pads, q_shape) for ph in phases]
+            for phase, (lo, hi) in zip(phases, boxes):
+                _fill_outside(kb, xq, n, c, phase, lo, hi, q_shape, fill)
+            _copy_phases(kb, x, xq, n, c, phases, boxes, strides, pads)
 
 
 def _pad_all_phases(kb, x, xq, strides, pads, fill):
@@ -101,6 +102,33 @@ def _fill_outside(kb, xq, n, c, phase, lo, hi, q_shape, fill):
         with kb.loops([b - a for a, b in slab]) as idx:
             q = [i + a for i, (a, _) in zip(idx, slab)]
             kb.store(xq, (n, c, *[as_expr(ph) for ph in phase], *q), fill)
+
+
+def _copy_phases(kb, x, xq, n, c, phases, boxes, strides, pads):
+    """Copy the phases that differ only in the last dim's phase. Over the range of q that
+    is inside x for all of them, one loop writes every phase: its loads x[q * s + ph - pad]
+    for ph < s are one interleaved group, which LLVM vectorizes as whole-vector loads and
+    shuffles (alone, each phase's stride-s loads are scalar). The phases' few remaining
+    columns at the edges get loops of their own."""
+    if any(a >= b for lo, hi in boxes for a, b in zip(lo, hi)):
+        for phase, (lo, hi) in zip(phases, boxes):
+            if all(a < b for a, b in zip(lo, hi)):
+                _copy_phase(kb, x, xq, n, c, phase, strides, pads, lo, hi)
+        return
+    common_lo, common_hi = max(lo[-1] for lo, _ in boxes), min(hi[-1] for _, hi in boxes)
+    if common_lo >= common_hi:
+        common_lo = common_hi = boxes[0][1][-1]
+    else:
+        lo, hi = boxes[0][0][:-1] + [common_lo], boxes[0][1][:-1] + [common_hi]
+        with kb.loops([b - a for a, b in zip(lo, hi)]) as rel:
+            q = [r + a for r, a in zip(rel, lo)]
+            for phase in phases:
+                src = tuple(qi * s + ph - p for qi, s, ph, p in zip(q, strides, phase, pads))
+                kb.store(xq, (n, c, *[as_expr(ph) for ph in phase], *q), x[(n, c, *src)])
+    for phase, (lo, hi) in zip(phases, boxes):
+        for a, b in ((lo[-1], min(common_lo, hi[-1])), (max(common_hi, lo[-1]), hi[-1])):
+            if a < b:
+                _copy_phase(kb, x, xq, n, c, phase, strides, pads, lo[:-1] + [a], hi[:-1] + [b])
 
 
 def _copy_phase(kb, x, xq, n, c, phase, strides, pads, lo, hi):
