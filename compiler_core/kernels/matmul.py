@@ -95,9 +95,11 @@ def default_tiles(shape: GemmShape, itemsize: int = 4) -> GemmTiles:
 
 
 def emit_gemm(kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype=np.float32,
-              tiles: GemmTiles | None = None):
-    """Emit loops computing every C[m, n] = sum_k A(m, k) B(k, n) into `out`."""
-    if shape.N < SMALL_N:
+              tiles: GemmTiles | None = None, a_tiled: bool = False):
+    """Emit loops computing every C[m, n] = sum_k A(m, k) B(k, n) into `out`. `a_tiled`: A
+    is packed in register-tile rows, addressable only at tile starts, so even a block of
+    few columns goes through the register tiles."""
+    if shape.N < SMALL_N and not a_tiled:
         _emit_dot_products(kb, shape, a, b, out, dtype)
     else:
         dtype = np.dtype(dtype)

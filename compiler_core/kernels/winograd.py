@@ -175,7 +175,7 @@ def lower_winograd_conv(node, kb, ins, outs):
         emit_gemm(kb, GemmShape(OC, tc, C), _weights(u, e, OC, C, node.attrs),
                   Operand(v, lambda k, p: v_base(item) + (e * C + k) * tc + p),
                   Output(mbuf, lambda oc, p0: m_base(item) + (e * OC + oc) * tc + p0),
-                  dtype, sched.tiles)
+                  dtype, sched.tiles, a_tiled=True)
 
     def output_transform(item, oc):
         """A^T m A of every tile of output channel oc in the item, through the epilogue,

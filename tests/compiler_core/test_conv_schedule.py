@@ -113,6 +113,18 @@ def test_convs_with_many_output_channels_pack_their_input():
     assert not few_rows.pack  # B is read by too few row tiles for a copy to pay
 
 
+@pytest.mark.parametrize("pack", [False, True])
+def test_a_last_column_block_narrower_than_a_tile_is_right(pack, monkeypatch):
+    """49 columns in blocks of 16: the last block has one column, still through the
+    register tiles (the packed weights are addressable only at tile starts)."""
+    model = conv_model(1, 256, 128, 7, 1)
+    feeds = feeds_for(model)
+    sched = ConvSchedule(GemmTiles(6, 16, 256, 64), "columns", 4, True, pack=pack)
+    monkeypatch.setitem(schedule.DEFAULTS, "Conv", lambda node, spec: sched)
+    for got in run_both(model, feeds):
+        assert_close(got, ort_run(model, feeds)["y"], str(sched))
+
+
 def test_packed_panels_are_a_scratch_output_of_the_conv():
     graph = run_pipeline(import_model(conv_model(**CASES["1x1, input packed into panels"])), 3)
     conv = next(n for n in graph.nodes if n.op == "Conv")
