@@ -26,7 +26,8 @@ import numpy as np
 from ..ir.loops import INDEX, Get, as_expr, logical_and, maximum, minimum, select
 from .elementwise import loop_kind
 from .epilogue import apply_activation, is_heavy
-from .matmul import L2_BUDGET, SMALL_N, GemmShape, GemmTiles, Operand, Output, default_tiles, emit_gemm
+from .matmul import (SMALL_N, GemmShape, GemmTiles, Operand, Output, default_tiles, emit_gemm,
+                     l2_columns)
 from .conv_skinny import SKINNY_COLUMNS, emit_skinny_gemm, skinny_vectors
 from .registry import lowering
 from .schedule import default_rule, search_space
@@ -110,21 +111,18 @@ def _copy_phases(kb, x, xq, n, c, phases, boxes, strides, pads):
     for ph < s are one interleaved group, which LLVM vectorizes as whole-vector loads and
     shuffles (alone, each phase's stride-s loads are scalar). The phases' few remaining
     columns at the edges get loops of their own."""
-    if any(a >= b for lo, hi in boxes for a, b in zip(lo, hi)):
+    common_lo, common_hi = max(lo[-1] for lo, _ in boxes), min(hi[-1] for _, hi in boxes)
+    if common_lo >= common_hi or any(a >= b for lo, hi in boxes for a, b in zip(lo, hi)):
         for phase, (lo, hi) in zip(phases, boxes):
             if all(a < b for a, b in zip(lo, hi)):
                 _copy_phase(kb, x, xq, n, c, phase, strides, pads, lo, hi)
         return
-    common_lo, common_hi = max(lo[-1] for lo, _ in boxes), min(hi[-1] for _, hi in boxes)
-    if common_lo >= common_hi:
-        common_lo = common_hi = boxes[0][1][-1]
-    else:
-        lo, hi = boxes[0][0][:-1] + [common_lo], boxes[0][1][:-1] + [common_hi]
-        with kb.loops([b - a for a, b in zip(lo, hi)]) as rel:
-            q = [r + a for r, a in zip(rel, lo)]
-            for phase in phases:
-                src = tuple(qi * s + ph - p for qi, s, ph, p in zip(q, strides, phase, pads))
-                kb.store(xq, (n, c, *[as_expr(ph) for ph in phase], *q), x[(n, c, *src)])
+    lo, hi = boxes[0][0][:-1] + [common_lo], boxes[0][1][:-1] + [common_hi]
+    with kb.loops([b - a for a, b in zip(lo, hi)]) as rel:
+        q = [r + a for r, a in zip(rel, lo)]
+        for phase in phases:
+            src = tuple(qi * s + ph - p for qi, s, ph, p in zip(q, strides, phase, pads))
+            kb.store(xq, (n, c, *[as_expr(ph) for ph in phase], *q), x[(n, c, *src)])
     for phase, (lo, hi) in zip(phases, boxes):
         for a, b in ((lo[-1], min(common_lo, hi[-1])), (max(common_hi, lo[-1]), hi[-1])):
             if a < b:
@@ -209,9 +207,10 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
     else:
         sched = ConvSchedule(tiles, "rows", max(1, min(blocks, shape.M // (2 * tiles.mr))), True)
         few = _few_column_blocks(shape, tiles.nr) if pieces == 1 else 0
-        packed = _default_packing(ConvSchedule(tiles, "columns", few, True), shape, pieces)
-        if few and packed.pack:
-            return packed
+        if few:
+            packed = _default_packing(ConvSchedule(tiles, "columns", few, True), shape, pieces)
+            if packed.pack:
+                return packed
     return _default_packing(sched, shape, pieces)
 
 
@@ -275,8 +274,8 @@ def _default_packing(sched: ConvSchedule, shape: GemmShape, pieces: int) -> Conv
     if not sched.pack or shape.K > PACKED_MAX_KC:
         return sched
     nr = sched.tiles.nr
-    nc = max(1, L2_BUDGET // (shape.K * 4 * nr)) * nr  # B's K x nc block stays in L2
-    return dataclasses.replace(sched, tiles=GemmTiles(sched.tiles.mr, nr, shape.K, nc))
+    return dataclasses.replace(sched, tiles=GemmTiles(sched.tiles.mr, nr, shape.K,
+                                                      l2_columns(shape.K, nr)))
 
 
 def panel_width(sched: ConvSchedule, shape: GemmShape) -> int:
@@ -411,9 +410,8 @@ def split_blocks(sched: ConvSchedule, shape: GemmShape) -> tuple[int, int, int]:
 @lowering("Conv")
 def lower_conv(node, kb, ins, outs):
     xq, w, bias, koff, residual = (ins + [None])[:5]
-    extra = outs[1:]
-    panels = extra.pop() if node.attrs.get("panels") else None
-    y, wide = outs[0], (extra[0] if extra else None)
+    y, wide = outs[0], (outs[1] if conv_wide(node) is not None else None)
+    panels = outs[-1] if node.attrs.get("panels") else None
     group, act = node.attrs["group"], node.attrs.get("activation")
     sched = node.schedule
     N, C = xq.shape[:2]

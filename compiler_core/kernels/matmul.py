@@ -90,8 +90,12 @@ def default_tiles(shape: GemmShape, itemsize: int = 4) -> GemmTiles:
     nr = tile_columns(shape.M, shape.N)
     chunks = -(-shape.K // K_CHUNK)
     kc = -(-shape.K // chunks)
-    tiles = max(1, L2_BUDGET // (kc * itemsize * nr))
-    return GemmTiles(min(MAX_MR, shape.M), nr, kc, tiles * nr)
+    return GemmTiles(min(MAX_MR, shape.M), nr, kc, l2_columns(kc, nr, itemsize))
+
+
+def l2_columns(kc: int, nr: int, itemsize: int = 4) -> int:
+    """Columns of B per block (whole tiles of nr) whose kc x nc slice stays in L2."""
+    return max(1, L2_BUDGET // (kc * itemsize * nr)) * nr
 
 
 def emit_gemm(kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype=np.float32,
