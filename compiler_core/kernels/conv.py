@@ -28,7 +28,8 @@ from .elementwise import loop_kind
 from .epilogue import apply_activation, is_heavy
 from .matmul import (SMALL_N, GemmShape, GemmTiles, Operand, Output, default_tiles, emit_gemm,
                      l2_columns)
-from .conv_skinny import SKINNY_COLUMNS, emit_skinny_gemm, skinny_vectors
+from .conv_skinny import (MAX_VECTORS, SKINNY_COLUMNS, emit_skinny_gemm, output_rows, row_tile,
+                          skinny_vectors)
 from .registry import lowering
 from .schedule import default_rule, search_space
 
@@ -154,11 +155,13 @@ class ConvSchedule:
     split: str = "columns"
     blocks: int = 1
     parallel: bool = False
-    # fewer than SKINNY_COLUMNS columns: kernels/conv_skinny.py's tiles of `vectors`
-    # vectors of `lanes` output channels (when the weights are constant; else the column
-    # tiles, or below SMALL_N columns the dot products)
+    # lanes > 0: kernels/conv_skinny.py's tiles of `vectors` vectors of `lanes` output
+    # channels by up to `positions` output positions, `blocks` items of whole panels of
+    # channels (when the weights are constant; else the column tiles, or below SMALL_N
+    # columns the dot products)
     lanes: int = 0
     vectors: int = 0
+    positions: int = 0
     # Winograd F(m x m, 3x3) (kernels/winograd.py) with items of `tile_rows` rows of
     # tiles when m > 0; `tiles` are then those of its (OC, tile_rows * tiles per row, C)
     # GEMMs. 0: the implicit GEMM.
@@ -190,17 +193,17 @@ def conv_wide(node):
 @default_rule("Conv")
 def default_conv_schedule(node, spec) -> ConvSchedule:
     shape, pieces = conv_gemm_shape(node)
-    tiles = default_tiles(shape)
+    lanes = spec.vector_bits // 32
+    tiles = default_tiles(shape, lanes)
     flops = 2 * shape.M * shape.N * shape.K * pieces
-    if shape.N < SKINNY_COLUMNS:
-        lanes = spec.vector_bits // 32
-        return ConvSchedule(tiles, parallel=pieces > 1 and flops >= PARALLEL_MIN_FLOPS,
-                            lanes=lanes, vectors=skinny_vectors(shape.N, shape.M, lanes,
-                                                                spec.vector_registers))
+    winograd = winograd_tile_size(node) if winograd_eligible(node) else 0
+    if shape.N < SKINNY_COLUMNS or (_channel_vectors_pay(node, shape, lanes)
+                                    and not _winograd_first(node, winograd, spec)):
+        return skinny_schedule(node, spec, tiles)
     if flops < PARALLEL_MIN_FLOPS:
         return _default_packing(ConvSchedule(tiles), shape, pieces)
-    if winograd_eligible(node) and winograd_tile_size(node):
-        return winograd_schedule(node, winograd_tile_size(node))
+    if winograd:
+        return winograd_schedule(node, winograd, lanes)
     blocks = -(-TARGET_ITEMS // pieces)
     if shape.N >= blocks * 2 * tiles.nr:
         sched = ConvSchedule(tiles, "columns", blocks, True)
@@ -212,6 +215,55 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
             if packed.pack:
                 return packed
     return _default_packing(sched, shape, pieces)
+
+
+# Output positions over vector lanes fill fewer of them than this (a 7x7 plane: 49 of 64
+# AVX-512 lanes, 61 wide columns with a 3x3's padding): output channels go over the lanes
+# instead (kernels/conv_skinny.py), where the reductions are long enough that the
+# accumulators' lane-by-lane stores stay a small part of the work.
+CHANNEL_VECTORS_BELOW_FILL = 0.85
+CHANNEL_VECTORS_MIN_K = 128
+
+
+def _channel_vectors_pay(node, shape: GemmShape, lanes: int) -> bool:
+    plane = math.prod(node.outputs[0].shape[2:])
+    fill = plane / (-(-shape.N // lanes) * lanes)
+    return (node.inputs[1].is_const and shape.M >= 2 * lanes
+            and shape.K >= CHANNEL_VECTORS_MIN_K and fill < CHANNEL_VECTORS_BELOW_FILL)
+
+
+# With 32 vector registers, channel-vector tiles of 7 positions x 2 vectors run a small
+# plane's 3x3 conv faster than F(2x2) Winograd's GEMMs of few columns, until those have
+# 49 tiles. znver5, 1 thread, channel vectors vs F(2x2): 512 channels at 7x7 0.96 vs 2.02
+# ms, 256 at 10x10 0.47 vs 0.73, at 12x12 0.67 vs 0.80, at 13x13 0.78 vs 0.60.
+CHANNEL_VECTORS_MAX_WINOGRAD_TILES = 48
+
+
+def _winograd_first(node, m: int, spec) -> bool:
+    """Whether Winograd F(m x m, 3x3) (m = 0: none) beats channel vectors on this conv."""
+    if not m:
+        return False
+    tiles = math.prod(-(-d // m) for d in node.outputs[0].shape[2:])
+    return (spec.vector_registers < 32 or m == 4
+            or tiles > CHANNEL_VECTORS_MAX_WINOGRAD_TILES)
+
+
+def skinny_schedule(node, spec, tiles: GemmTiles, vectors: int = 0, blocks: int = 0):
+    """Channels over the lanes: `vectors` vectors of them per tile (by default 2, or as
+    many as a GEMM of fewer than SKINNY_COLUMNS columns fits), split into `blocks` items
+    of whole panels per image and group (by default enough for TARGET_ITEMS)."""
+    shape, pieces = conv_gemm_shape(node)
+    lanes = spec.vector_bits // 32
+    row = node.outputs[0].shape[-1]
+    if not vectors:
+        vectors = (skinny_vectors(shape.N, shape.M, lanes, spec.vector_registers)
+                   if shape.N < SKINNY_COLUMNS else min(2, -(-shape.M // lanes)))
+    panels = -(-shape.M // (lanes * vectors))
+    parallel = 2 * shape.M * shape.N * shape.K * pieces >= PARALLEL_MIN_FLOPS
+    blocks = blocks or (min(panels, -(-TARGET_ITEMS // pieces)) if parallel else 1)
+    blocks = -(-panels // -(-panels // blocks))  # items of equal numbers of panels
+    return ConvSchedule(tiles, "rows", blocks, parallel and pieces * blocks > 1, lanes, vectors,
+                        row_tile(row, vectors, spec.vector_registers))
 
 
 # Items of whole columns each stream all the weights: only where they are few, and each
@@ -352,22 +404,32 @@ def winograd_tile_rows(tile_rows_total: int, tiles_per_row: int) -> int:
 WINOGRAD_MIN_ITEMS = 16
 
 
-def winograd_schedule(node, m: int, tile_rows: int | None = None,
+def winograd_schedule(node, m: int, lanes: int, tile_rows: int | None = None,
                       tiles: GemmTiles | None = None, phases: bool | None = None) -> ConvSchedule:
     y = node.outputs[0]
     c, oc = node.inputs[1].shape[1], y.shape[1]
     th, tw = (-(-d // m) for d in y.shape[2:])
     rows = tile_rows or winograd_tile_rows(th, tw)
     items = y.shape[0] * -(-th // rows)
-    tiles = tiles or default_tiles(GemmShape(oc, rows * tw, c))
+    tiles = tiles or default_tiles(GemmShape(oc, rows * tw, c), lanes)
     phases = items < WINOGRAD_MIN_ITEMS if phases is None else phases
     return ConvSchedule(tiles, "columns", 1, True, winograd=m, tile_rows=rows,
                         winograd_phases=phases)
 
 
+# register tiles as (rows, vectors per row), of 6-16 accumulators; the first three also for
+# Winograd's GEMMs
+TILE_SHAPES = ((6, 2), (4, 3), (3, 4), (4, 2), (2, 4), (1, 8))
+# more on targets with 32 vector registers (AVX-512)
+WIDE_TILE_SHAPES = ((8, 2), (6, 3), (4, 4))
+
+
 @search_space("Conv")
 def conv_space(node, spec) -> list[ConvSchedule]:
     shape, pieces = conv_gemm_shape(node)
+    lanes = spec.vector_bits // 32
+    shapes = TILE_SHAPES + (WIDE_TILE_SHAPES if spec.vector_registers >= 32 else ())
+    tile_shapes = [(mr, v * lanes) for mr, v in shapes]
     base = default_conv_schedule(node, spec)
     out = [base] if base.lanes else []
     if base.pack:  # the tuner measures whether packing pays
@@ -375,12 +437,15 @@ def conv_space(node, spec) -> list[ConvSchedule]:
     if winograd_eligible(node) and shape.N >= SKINNY_COLUMNS:
         # a direct schedule stays in the space below: the tuner measures both algorithms
         for m in WINOGRAD_SIZES:
-            out.append(winograd_schedule(node, m))
-            out.append(winograd_schedule(node, m, phases=not out[-1].winograd_phases))
-            for mr, nr in ((6, 16), (4, 24), (3, 32)):
-                out.append(winograd_schedule(node, m, tiles=GemmTiles(
+            out.append(winograd_schedule(node, m, lanes))
+            out.append(winograd_schedule(node, m, lanes, phases=not out[-1].winograd_phases))
+            for mr, nr in tile_shapes[:3]:
+                out.append(winograd_schedule(node, m, lanes, tiles=GemmTiles(
                     mr, nr, min(shape.K // 9, 256), 64 * nr)))
-    for mr, nr in ((6, 16), (4, 16), (4, 24), (3, 32), (2, 32), (1, 64)):
+    if node.inputs[1].is_const and shape.N >= SKINNY_COLUMNS and shape.M >= lanes:
+        for vectors in range(1, min(MAX_VECTORS, -(-shape.M // lanes)) + 1):
+            out.append(skinny_schedule(node, spec, base.tiles, vectors))
+    for mr, nr in tile_shapes:
         if mr > shape.M or shape.N < SMALL_N:
             continue
         for kc in sorted({min(shape.K, k) for k in (128, 256, 384, 512)}):
@@ -438,7 +503,8 @@ def lower_conv(node, kb, ins, outs):
             return apply_activation(act, value)
         return finish
 
-    size, count, _ = split_blocks(sched, shape)
+    skinny = "skinny_width" in node.attrs
+    count = sched.blocks if skinny else split_blocks(sched, shape)[1]
     kind = "parallel" if sched.parallel else "serial"
     with kb.loop(N * group * count, kind=kind, name="item") as item:
         n, g, blk = item // (group * count), (item // count) % group, item % count
@@ -449,9 +515,11 @@ def lower_conv(node, kb, ins, outs):
                          lambda m: epilogue(n, row0 + m), heavy=is_heavy(act))
         else:
             out = Output(wide, lambda m, p0: (n * OC + row0 + m) * P + p0)
-        if "skinny_width" in node.attrs:
-            emit_skinny_gemm(kb, w, g, ocg, P, kred, sched.lanes, sched.vectors, xq,
-                             lambda k: x_base + koff[k], out)
+        if skinny:  # straight into y: passes/pack_weights.py dropped the wide scratch
+            out = Output(y, lambda m, p: (n * OC + row0 + m) * plane + p,
+                         lambda m: epilogue(n, row0 + m), heavy=is_heavy(act))
+            emit_skinny_gemm(kb, w, g, ocg, kred, sched, xq, lambda k: x_base + koff[k],
+                             output_rows(out_spatial, q_shape), out, blk)
         else:
             b = Operand(xq, lambda k, p: x_base + koff[k] + p)
             pack = panels is not None and _panel_packer(kb, panels, b, shape, sched, item)

@@ -1,45 +1,56 @@
-"""Convolutions with very few output positions (a speech front end's STFT, a strided 1-D
-conv over a short chunk): the implicit GEMM has fewer than SKINNY_COLUMNS columns, so it
-is a handful of matrix-vector products and the weights, read once, are all the work.
+"""Convolutions whose output positions fill vector lanes poorly: very few of them (a
+speech front end's STFT, a strided 1-D conv over a short chunk: fewer than SKINNY_COLUMNS
+columns, a handful of matrix-vector products) or a small plane (7x7: 49 positions in 64
+AVX-512 lanes) with long reductions.
 
-Register-tiling along the columns (kernels/matmul.py) would leave the vector lanes mostly
-empty, and one dot product per output re-reads each weight row per column and gathers
-the input through the tap table. Here the roles turn around: the vector lanes run over
-output channels, the rows of the register tile are the few output positions (up to
-MAX_ROWS at a time):
+Register-tiling along the positions (kernels/matmul.py) would leave the vector lanes
+partly empty, and one dot product per output re-reads each weight row per column and
+gathers the input through the tap table. Here the roles turn around: the vector lanes run
+over output channels, the rows of the register tile are output positions, a piece of one
+output row at a time (so no wide columns are computed):
 
     for each k:  w[j] = W[oc0 + j * lanes : + lanes, k]            (one vector load each)
-                 x[p] = broadcast(xq[koff[k] + p])                 p < P
+                 x[p] = broadcast(xq[koff[k] + q0 + p])            p < positions
                  acc[p][j] += x[p] * w[j]
 
-so every weight is loaded exactly once, as part of one sequential stream, which needs W
-packed by passes/pack_weights.py as panels of `width` output channels:
+so every weight is loaded once per piece of a row, as part of one sequential stream,
+which needs W packed by passes/pack_weights.py as panels of `width` output channels:
 
     packed[g, panel, k, c] = W[g * OCg + panel * width + c, k]   (zeros past OCg)
 
 The accumulators hold outputs of consecutive channels at one position, while Y keeps a
 channel's positions together: each lane is stored on its own through the usual epilogue
-(P x OC scalar stores against P x OC x K multiply-adds).
+(P x OC scalar stores against P x OC x K multiply-adds, hence the long reductions).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 
-from ..ir.loops import as_expr, extract
+from ..ir.loops import INDEX, Expr, Get, as_expr, extract, logical_and, minimum
 from .microkernel import Tile, TileOperands, emit_tile
 
 # Below this many columns the column-tiled GEMM fills its vectors poorly: measured on
 # Silero VAD's STFT over 8 frames (5 columns each), 30 GFLOP/s tiled, <10 us here.
 SKINNY_COLUMNS = 8
 MAX_VECTORS = 4  # weight vectors per register tile: the tile's rows are only the positions
-MAX_ROWS = 6     # positions per register tile; more columns take several passes
+MAX_ROWS = 6     # positions per tile when the outputs are that few
+MAX_POSITIONS = 12  # positions per tile along a longer output row (32 registers)
 
 
 def skinny_vectors(columns: int, rows: int, lanes: int, registers: int) -> int:
-    """Weight vectors per tile: positions x vectors accumulators + the weight vectors + one
-    broadcast must fit the register file; no more vectors than the output channels fill."""
+    """Weight vectors per tile of a GEMM of few columns: positions x vectors accumulators +
+    the weight vectors + one broadcast must fit the register file; no more vectors than the
+    output channels fill."""
     fit = (registers - 1) // (min(columns, MAX_ROWS) + 1)
     return max(1, min(MAX_VECTORS, fit, -(-rows // lanes)))
+
+
+def row_tile(row_width: int, vectors: int, registers: int) -> int:
+    """Positions per tile along an output row: as many as fit beside `vectors` vectors."""
+    return max(1, min(row_width, MAX_POSITIONS, (registers - 1 - vectors) // vectors))
 
 
 def pack_skinny_weights(w: np.ndarray, group: int, width: int) -> np.ndarray:
@@ -52,36 +63,84 @@ def pack_skinny_weights(w: np.ndarray, group: int, width: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(group, panels, width, k).transpose(0, 1, 3, 2))
 
 
-def emit_skinny_gemm(kb, w, g: int | object, ocg: int, columns: int, kred: int, lanes: int,
-                     vectors: int, x, x_at, out) -> None:
-    """out(m, p) = sum_k W[g, m, k] * x(k, p) for m < ocg, p < columns, with W packed by
-    pack_skinny_weights; x_at(k) is the flat index of x(k, 0) in buffer `x` (x(k, p) at
-    x_at(k) + p); `out` is a matmul.Output (row m = output channel, column p)."""
-    width = lanes * vectors
-    panels = -(-ocg // width)
-    full, tail = divmod(ocg, width)
-    tile = Tile(min(columns, MAX_ROWS), vectors, lanes)
+@dataclass(frozen=True)
+class OutputRows:
+    """The output positions of one (image, group), as `count` rows of `width` positions
+    along the last spatial dim: row r's windows start at q_offset(r) in the q grid of xq
+    (position p of the row at q_offset(r) + p) and its outputs at r * width in the plane."""
+    count: int
+    width: int
+    q_offset: Callable[[Expr], Expr]
 
-    def panel(p, channels, first, rows):
-        """Positions [first, first + rows) of one panel of `channels` real output channels
-        (the rest of its lanes are zero weights, computed and dropped)."""
-        ops = TileOperands(x, lambda ks: x_at(ks[0]) + first, 1,
+
+def output_rows(out_spatial, q_shape) -> OutputRows:
+    qstr = [int(np.prod(q_shape[i + 1:], dtype=np.int64)) for i in range(len(q_shape))]
+    lead = out_spatial[:-1]
+
+    def q_offset(r):
+        offset, rest = as_expr(0), as_expr(r)
+        for i in reversed(range(len(lead))):
+            offset = offset + (rest % lead[i] if i else rest) * qstr[i]
+            rest = rest // lead[i]
+        return offset
+    return OutputRows(int(np.prod(lead, dtype=np.int64)), out_spatial[-1], q_offset)
+
+
+def row_pieces(width: int, most: int) -> tuple[int, int, int]:
+    """(size, full, tail): a row of `width` positions as `full` tiles of `size` and one of
+    `tail`, the sizes as even as tiles of at most `most` allow (13 -> 7 + 6, not 12 + 1)."""
+    size = -(-width // -(-width // most))
+    return size, width // size, width % size
+
+
+def emit_skinny_gemm(kb, w, g, ocg: int, kred: int, sched, x, x_at, rows: OutputRows,
+                     out, blk) -> None:
+    """out(m, position) = sum_k W[g, m, k] * x(k, position) for the output channels of work
+    item `blk`'s panels (its share of sched.blocks), every position; W packed by
+    pack_skinny_weights; x_at(k) is the flat index of x(k, q = 0) in buffer `x`; `out` is
+    a matmul.Output over the output plane (row m = output channel, column = position).
+    A heavy epilogue runs in a vectorized sweep over the item's channels afterwards."""
+    lanes, width = sched.lanes, sched.lanes * sched.vectors
+    panels, full_panels = -(-ocg // width), ocg // width
+    per_item = -(-panels // sched.blocks)
+    size, full, tail = row_pieces(rows.width, sched.positions)
+    raw = out.heavy
+
+    def tile(p, channels, r, first, count):
+        """Positions [first, first + count) of row r in one panel of `channels` real
+        output channels (the rest of its lanes are zero weights, computed and dropped)."""
+        q0 = kb.local(INDEX, rows.q_offset(r) + first, "q0")
+        ops = TileOperands(x, lambda ks: x_at(ks[0]) + Get(q0), 1,
                            w, lambda ks: ((g * panels + p) * kred + ks[0]) * width)
 
         def finish(i, j, value):
+            at = r * rows.width + first + i
             for lane in range(min(lanes, channels - j * lanes)):
                 m = p * width + j * lanes + lane
-                at = as_expr(first + i)
-                kb.store_flat(out.buf, out.start(m, at), out.finisher(m)(extract(value, lane), at))
-        emit_tile(kb, tile, [kred], ops, lambda i, j: as_expr(0.0, np.float32), finish,
-                  mr=rows, nr=-(-channels // lanes))
+                v = extract(value, lane)
+                kb.store_flat(out.buf, out.start(m, at), v if raw else out.finisher(m)(v, at))
+        emit_tile(kb, Tile(count, -(-channels // lanes), lanes), [kred], ops,
+                  lambda i, j: as_expr(0.0, np.float32), finish)
 
-    def positions(p, channels):
-        for first in range(0, columns, MAX_ROWS):
-            panel(p, channels, first, min(MAX_ROWS, columns - first))
+    def panel(p, channels):
+        with kb.loop(rows.count, name="row") as r:
+            if full:
+                with kb.loop(full, name="piece") as piece:
+                    tile(p, channels, r, piece * size, size)
+            if tail:
+                tile(p, channels, r, as_expr(full * size), tail)
 
-    if full:
-        with kb.loop(full, name="panel") as p:
-            positions(p, width)
-    if tail:
-        positions(as_expr(full), tail)
+    lo = blk * per_item
+    with kb.loop(minimum(lo + per_item, as_expr(full_panels)), start=lo, name="panel") as p:
+        panel(p, width)
+    if full_panels < panels:  # the last panel, partly channels, in the item it falls in
+        with kb.if_(logical_and(lo <= full_panels, lo + per_item > full_panels)):
+            panel(as_expr(full_panels), ocg - full_panels * width)
+    if raw:
+        plane = rows.count * rows.width
+        with kb.loop(minimum((lo + per_item) * width, as_expr(ocg)), start=lo * width,
+                     name="m") as m:
+            at = kb.local(INDEX, out.start(m, as_expr(0)), "y_at")
+            finish = out.finisher(m)
+            with kb.loop(plane, name="pos") as pos:
+                kb.store_flat(out.buf, Get(at) + pos, finish(out.buf.flat(Get(at) + pos), pos))

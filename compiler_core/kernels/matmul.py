@@ -20,10 +20,13 @@ from .epilogue import apply_activation, is_heavy
 from .elementwise import loop_kind
 from .registry import lowering
 
-# The default tiles (see default_tiles): at most 6 rows per register tile, and columns by
-# rows so that a tile keeps about 8-12 ymm accumulators whatever its height.
+# The default tiles (see default_tiles): at most 6 rows per register tile, and vectors per
+# row by rows so that a tile keeps about 8-12 vector accumulators whatever its height and the
+# target's vector width (6 x 2 zmm on AVX-512: a Zen 5 core's two full-width FMA pipes need
+# them; 6 x 1 zmm ran its convs at 65-75% of what 6 x 2 reaches).
 MAX_MR = 6
-NR_FOR_MR = {1: 64, 2: 32, 3: 32, 4: 16, 5: 16, 6: 16}
+VECTORS_FOR_MR = {1: 8, 2: 4, 3: 4, 4: 2, 5: 2, 6: 2}
+AVX2_LANES = 8  # float lanes where a caller does not say (the narrowest x86 target)
 SMALL_N = 4  # below this many columns, reduce along k with the loop vectorizer instead
 # Longer reductions are split into chunks of about this many k so that a tile's slices of
 # A (MR x KC) and B (KC x NR) stay in L1; partial sums wait in the output between chunks.
@@ -81,13 +84,13 @@ class GemmTiles:
     nc: int
 
 
-def tile_columns(M: int, N: int) -> int:
-    """The width of the default register tiles for an M x N result."""
-    return min(NR_FOR_MR[min(MAX_MR, M)], N)
+def tile_columns(M: int, N: int, lanes: int = AVX2_LANES) -> int:
+    """The width of the default register tiles for an M x N result, in columns."""
+    return min(VECTORS_FOR_MR[min(MAX_MR, M)] * lanes, N)
 
 
-def default_tiles(shape: GemmShape, itemsize: int = 4) -> GemmTiles:
-    nr = tile_columns(shape.M, shape.N)
+def default_tiles(shape: GemmShape, lanes: int, itemsize: int = 4) -> GemmTiles:
+    nr = tile_columns(shape.M, shape.N, lanes)
     chunks = -(-shape.K // K_CHUNK)
     kc = -(-shape.K // chunks)
     return GemmTiles(min(MAX_MR, shape.M), nr, kc, l2_columns(kc, nr, itemsize))
@@ -107,7 +110,8 @@ def emit_gemm(kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype=n
         _emit_dot_products(kb, shape, a, b, out, dtype)
     else:
         dtype = np.dtype(dtype)
-        _TiledGemm(kb, shape, a, b, out, dtype, tiles or default_tiles(shape, dtype.itemsize)).emit()
+        tiles = tiles or default_tiles(shape, kb.lanes(dtype), dtype.itemsize)
+        _TiledGemm(kb, shape, a, b, out, dtype, tiles).emit()
 
 
 class _TiledGemm:

@@ -80,7 +80,9 @@ def _packed(n: Node) -> Node:
         data = pack_skinny_weights(w.const, n.attrs["group"], width)
         inputs = list(n.inputs)
         inputs[1] = Value(f"{w.name}_panels", data.shape, w.dtype, const=data)
-        return dataclasses.replace(n, inputs=inputs, attrs=dict(n.attrs, skinny_width=width))
+        # its tiles store only real outputs, straight into y: no wide scratch
+        return dataclasses.replace(n, inputs=inputs, outputs=n.outputs[:1],
+                                   attrs=dict(n.attrs, skinny_width=width))
     data, mr = packed_conv_weights(w.const, n.attrs["group"], n.schedule.tiles.mr)
     packed = Value(f"{w.name}_packed", data.shape, w.dtype, const=data)
     inputs = list(n.inputs)

@@ -11,8 +11,9 @@ import compiler_core as cc
 from compiler_core.codegen.target_machine import host_spec
 from compiler_core.kernels import winograd as W
 from compiler_core.kernels import schedule
+from compiler_core.targets import get_target
 from compiler_core.kernels.conv import (conv_space, default_conv_schedule, winograd_schedule,
-                                        winograd_tile_rows)
+                                        winograd_tile_rows, winograd_tile_size)
 
 from .helpers import make_model, ort_run, rand
 from .test_conv_schedule import assert_close, conv_model, conv_node, feeds_for
@@ -80,8 +81,8 @@ CASES = {
     "batch of 2 with residual": dict(n=2, c=32, oc=40, hw=20, k=3, residual=True),
     "no padding": dict(n=1, c=32, oc=32, hw=22, k=3, pad=0),
     "no activation": dict(n=1, c=48, oc=36, hw=19, k=3, relu=False),
-    "7x7 plane, F(2x2)": dict(n=1, c=64, oc=48, hw=7, k=3),
-    "10x10 plane with residual, F(2x2)": dict(n=1, c=32, oc=32, hw=10, k=3, residual=True),
+    "13x13 plane, F(2x2)": dict(n=1, c=64, oc=48, hw=13, k=3),
+    "13x13 plane with residual, F(2x2)": dict(n=1, c=32, oc=32, hw=13, k=3, residual=True),
 }
 
 
@@ -117,14 +118,24 @@ def test_only_big_stride_1_3x3_convs_use_winograd():
     assert default_conv_schedule(conv_node(conv_model(1, 64, 64, 56, 3)), spec).winograd == 4
     assert default_conv_schedule(conv_node(conv_model(1, 256, 256, 14, 3)), spec).winograd == 4
     # 2x2 or 3x3 tiles of 4x4 outputs are too few: tiles of 2x2 outputs
-    assert default_conv_schedule(conv_node(conv_model(1, 512, 512, 7, 3)), spec).winograd == 2
-    assert default_conv_schedule(conv_node(conv_model(1, 256, 256, 10, 3)), spec).winograd == 2
+    assert winograd_tile_size(conv_node(conv_model(1, 512, 512, 7, 3))) == 2
+    assert winograd_tile_size(conv_node(conv_model(1, 256, 256, 10, 3))) == 2
+    assert default_conv_schedule(conv_node(conv_model(1, 256, 256, 13, 3)), spec).winograd == 2
     for small in (conv_model(1, 8, 64, 56, 3),            # few input channels
                   conv_model(1, 512, 512, 5, 3),          # 9 tiles even of 2x2 outputs
                   conv_model(1, 64, 64, 56, 3, stride=2),
                   conv_model(1, 64, 64, 56, 1),
                   conv_model(1, 64, 64, 56, 3, group=2)):
         assert default_conv_schedule(conv_node(small), spec).winograd == 0
+
+
+@pytest.mark.parametrize("target,winograd", [("x86-64-v3", 2), ("x86-64-v4", 0)])
+def test_small_planes_take_f2x2_or_channel_vectors_by_register_count(target, winograd):
+    """16 registers: F(2x2); 32: tiles of 7 positions x 2 vectors of channels beat it."""
+    spec = get_target(target).spec
+    for hw in (7, 10):
+        sched = default_conv_schedule(conv_node(conv_model(1, 256, 256, hw, 3)), spec)
+        assert (sched.winograd, bool(sched.lanes)) == (winograd, not winograd)
 
 
 def test_the_tuner_may_choose_either_algorithm():
@@ -147,7 +158,7 @@ def test_both_parallel_layouts_match_onnxruntime(case, phases, monkeypatch):
     with items of two tile rows so that there are several, the last one padded."""
     model = conv_model(**CASES[case])
     feeds = feeds_for(model)
-    sched = winograd_schedule(conv_node(model), 4, tile_rows=2, phases=phases)
+    sched = winograd_schedule(conv_node(model), 4, 8, tile_rows=2, phases=phases)
     monkeypatch.setitem(schedule.DEFAULTS, "Conv", lambda node, spec: sched)
     expected = ort_run(model, feeds)["y"]
     art = cc.compile(model)
