@@ -375,6 +375,20 @@ class KernelLowering:
             return ir.Constant(llvm_type(np.bool_, lanes), 0)
         raise NotImplementedError(f"unary {op} on integers")
 
+    def e_PairDot(self, e: L.PairDot):
+        # the plain pattern (widen, multiply, add even and odd lanes): LLVM selects
+        # vpmaddwd / vpdpwssd on x86 and widening multiplies on Arm from it
+        B, n = self.b, e.lanes
+        wide = ir.VectorType(I32, 2 * n)
+        a = B.sext(self.expr(e.a), wide)
+        pairs = B.bitcast(self.splat(e.b, n), ir.VectorType(ir.IntType(16), 2 * n))
+        products = B.mul(a, B.sext(pairs, wide))
+        even = B.shuffle_vector(products, ir.Constant(wide, ir.Undefined),
+                                ir.Constant(ir.VectorType(I32, n), list(range(0, 2 * n, 2))))
+        odd = B.shuffle_vector(products, ir.Constant(wide, ir.Undefined),
+                               ir.Constant(ir.VectorType(I32, n), list(range(1, 2 * n, 2))))
+        return B.add(even, odd)
+
     def e_Bitcast(self, e: L.Bitcast):
         return self.b.bitcast(self.expr(e.a), llvm_type(e.dtype, e.lanes))
 

@@ -8,6 +8,11 @@ locals, so the shape is exactly what the schedule says on every target):
         a      = broadcast(A[a_at(ks) + i * a_step])          i < mr   (one scalar each)
         acc[i][j] += a * b[j]                                  (contract: one FMA)
 
+With int8 weights (`pairs`), B holds pairs of reduction rows interleaved per column
+(B(2k, n), B(2k+1, n) adjacent), A holds int32 words of two int16 activations, and one
+step does two reduction rows: acc[i][j] += pair_dot(widen(b[j]), broadcast(a)), int32
+accumulators (ir/loops.py PairDot).
+
 GEMM with packed B, NCHWc convolution (A = input pixels of one output row, B = weights
 packed by output-channel block) and batched MatMul are all this loop with other address
 functions. The caller owns the loops around the tile, the initial values (zero, bias or
@@ -22,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..ir.loops import INDEX, Buf, Expr, Get, broadcast, cast
+from ..ir.loops import INDEX, INT32, Buf, Expr, Get, broadcast, cast, pair_dot
 
 Index = Callable[[tuple], Expr]
 
@@ -59,24 +64,30 @@ def register_tiles(spec_registers: int, lanes: int, rows_hint: int = 64) -> list
 
 def emit_tile(kb, tile: Tile, k_extents: list, ops: TileOperands,
               init: Callable[[int, int], Expr], finish: Callable[[int, int, Expr], None],
-              mr: int | None = None, nr: int | None = None, dtype=np.float32) -> None:
+              mr: int | None = None, nr: int | None = None, dtype=np.float32,
+              pairs: bool = False) -> None:
     """One register tile (optionally a smaller mr x nr edge tile of the same loop nest).
 
     init(i, j) gives accumulator (i, j)'s starting vector (or a scalar to splat);
-    finish(i, j, value) receives the final vector and emits its store.
+    finish(i, j, value) receives the final vector and emits its store. With `pairs` the
+    reduction indices count pairs of rows and the accumulators are int32 (see above).
     """
     mr, nr = mr or tile.mr, nr or tile.nr
-    acc = [[kb.local(dtype, init(i, j), "acc", tile.lanes) for j in range(nr)] for i in range(mr)]
+    lanes = tile.lanes
+    acc_type, b_type, b_lanes = ((INT32, np.int16, 2 * lanes) if pairs
+                                 else (dtype, dtype, lanes))
+    acc = [[kb.local(acc_type, init(i, j), "acc", lanes) for j in range(nr)] for i in range(mr)]
     with _reduction_loops(kb, k_extents) as ks:
         b_at = kb.local(INDEX, ops.b_at(ks), "b_at")
         # B may be stored narrower (float16, int8 weights): widened in registers
-        bv = [kb.local(dtype, cast(ops.b.vec(Get(b_at) + j * tile.lanes, tile.lanes), dtype),
-                       "b", tile.lanes) for j in range(nr)]
+        bv = [kb.local(b_type, cast(ops.b.vec(Get(b_at) + j * b_lanes, b_lanes), b_type),
+                       "b", b_lanes) for j in range(nr)]
         a_at = kb.local(INDEX, ops.a_at(ks), "a_at")
         for i in range(mr):
-            av = broadcast(ops.a.flat(Get(a_at) + i * ops.a_step), tile.lanes)
+            av = broadcast(ops.a.flat(Get(a_at) + i * ops.a_step), lanes)
             for j in range(nr):
-                kb.set(acc[i][j], Get(acc[i][j]) + av * Get(bv[j]))
+                step = pair_dot(Get(bv[j]), av) if pairs else av * Get(bv[j])
+                kb.set(acc[i][j], Get(acc[i][j]) + step)
     for i in range(mr):
         for j in range(nr):
             finish(i, j, Get(acc[i][j]))

@@ -12,9 +12,15 @@ Loop nest (GotoBLAS order, every size a schedule knob):
           row tiles of mr: the mr x kc slice of A streams from L2
 The last M % mr rows and a last partial panel get edge tiles of the same nest.
 
-Weights may be stored as float16 or int8 (passes/weight_precision.py): the tile widens them
-in registers; int8 ones come with a scale per packed column (input 4), applied in the
-epilogue, so the bias then joins there too rather than as the accumulators' start.
+Weights may be stored as float16 or int8 (passes/weight_precision.py). float16 ones the
+tile widens in registers. int8 ones come with a scale per packed column (input 4) and are
+multiplied as integers: each panel interleaves pairs of rows (panels, K2, width, 2), the
+kernel first rounds every row of A to int16 with a scale of its own (outputs 1 and 2, its
+scratch), and the tile sums products of pairs in int32 (kernels/microkernel.py), twice
+the products per instruction of widening every weight to float. Each k chunk's sums
+are scaled back to float, row scale times column scale, and the bias joins in the
+epilogue. A's rounding costs a relative 2^-15 of its row's largest value, far below the
+weights' own int8 rounding (`activation_levels`).
 """
 from __future__ import annotations
 
@@ -24,11 +30,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.loops import Expr, as_expr, minimum
+from ..ir.loops import INT32, Expr, Get, as_expr, broadcast, call, cast, maximum, minimum, \
+    reduce_lanes, select
 from .epilogue import apply_activation
 from .microkernel import Tile, TileOperands, emit_tile
 from .registry import lowering
 from .schedule import default_rule, search_space
+
+
+ROUND_IN_PARALLEL = 32768  # elements of A (int8 weights) rounded by both threads: >~10 us
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,21 @@ def gemm_space(node, spec) -> list[GemmSchedule]:
     return out
 
 
+def activation_levels(kc: int) -> int:
+    """The largest int16 an activation is rounded to, for int8 weights: a k chunk's int32
+    sum of up to kc products of |q| <= 127 by it must not overflow (32767 for kc <= 516)."""
+    return min(32767, (2**31 - 1) // (127 * (kc + kc % 2)))
+
+
+def pair_rows(q: np.ndarray) -> np.ndarray:
+    """Packed panels (panels, K, width) -> (panels, ceil(K/2), width, 2): rows 2k and 2k+1
+    of each column adjacent (a zero row past an odd K), the int8 tile's layout."""
+    panels, K, width = q.shape
+    padded = np.zeros((panels, K + K % 2, width), q.dtype)
+    padded[:, :K] = q
+    return np.ascontiguousarray(padded.reshape(panels, -1, 2, width).transpose(0, 1, 3, 2))
+
+
 def pack_panels(w: np.ndarray, sched: GemmSchedule) -> np.ndarray:
     """W (K, N) -> (panels, K, width), zero past N."""
     K, N = w.shape
@@ -109,7 +134,11 @@ class _PackedGemm:
         self.act = node.attrs.get("activation")
         self.tile = Tile(self.s.mr, self.s.nr, self.s.lanes)
         self.panels = -(-self.N // self.s.width)
-        self.chunks = -(-self.K // self.s.kc)
+        # int8 weights: A as int16 pairs and its row scales; the reduction counts pairs
+        self.pairs, self.row_scale = (outs[1], outs[2]) if self.scale is not None else (None, None)
+        self.k_steps = -(-self.K // 2) if self.pairs is not None else self.K
+        self.kc = -(-self.s.kc // 2) if self.pairs is not None else self.s.kc
+        self.chunks = -(-self.k_steps // self.kc)
 
     def emit(self):
         s, kb = self.s, self.kb
@@ -117,6 +146,8 @@ class _PackedGemm:
         tiles_per_item = s.mc // s.mr
         row_items = -(-full_tiles // tiles_per_item) if full_tiles else 0
         panel_items = -(-self.panels // s.nc)
+        if self.pairs is not None:
+            self._round_rows()
         if row_items:
             with kb.loop(row_items * panel_items, kind="parallel", name="item") as item:
                 rb, pg = item // panel_items, item % panel_items
@@ -128,6 +159,38 @@ class _PackedGemm:
             with kb.loop(panel_items, kind="parallel", name="pg") as pg:
                 self._item(pg, lambda body: body(edge), self.M % s.mr)
 
+    def _round_rows(self):
+        """Each row of A to int16 pairs: q = round(a / s) with s = max |a| / levels (s = 1
+        for an all-zero row), two per int32 word, the lower half first."""
+        kb, a, K, lanes = self.kb, self.a, self.K, self.s.lanes
+        levels = activation_levels(2 * self.kc)
+        # many rows are worth their own parallel region (a fork/join, ~1 us)
+        kind = "parallel" if self.M > 1 and self.M * K >= ROUND_IN_PARALLEL else "serial"
+        with kb.loop(self.M, kind=kind, name="m") as m:
+            row = m * K
+            amax = kb.local(a.dtype, 0.0, "amax", lanes)
+            with kb.loop(K // lanes, name="v") as v:
+                kb.set(amax, maximum(Get(amax), call("abs", a.vec(row + v * lanes, lanes))))
+            largest = kb.local(a.dtype, reduce_lanes("max", Get(amax)), "largest")
+            for k in range(K // lanes * lanes, K):
+                kb.set(largest, maximum(Get(largest), call("abs", a.flat(row + k))))
+            scale = kb.local(a.dtype, select(Get(largest) > 0.0, Get(largest) / float(levels),
+                                             as_expr(1.0, a.dtype)), "scale")
+            kb.store(self.row_scale, m, Get(scale))
+            inverse = kb.local(a.dtype, 1.0 / Get(scale), "inverse")
+
+            def level(k):
+                return cast(call("roundeven", a.flat(row + k) * Get(inverse)), INT32)
+            with kb.loop(K // 2, name="k") as k:
+                self._store_pair(m, k, level(2 * k), level(2 * k + 1))
+            if K % 2:
+                self._store_pair(m, K // 2, level(K - 1), as_expr(0, INT32))
+
+    def _store_pair(self, m, k, low, high):
+        # high * 65536 cannot overflow: |high| <= 32767
+        word = high * as_expr(65536, INT32) + (low & as_expr(0xFFFF, INT32))
+        self.kb.store(self.pairs, m * self.k_steps + k, word)
+
     def _rows(self, t0, t1, body):
         with self.kb.loop(t1, start=t0, name="t") as t:
             body(t)
@@ -136,7 +199,7 @@ class _PackedGemm:
         """Every k chunk of one work item; chunks write partial sums, the last finishes."""
         for phase, c_range in self._chunk_phases():
             with _maybe_loop(self.kb, c_range) as c:
-                k_range = (c * self.s.kc, minimum(c * self.s.kc + self.s.kc, as_expr(self.K)))
+                k_range = (c * self.kc, minimum(c * self.kc + self.kc, as_expr(self.k_steps)))
                 self._panels(pg, over_rows, mr, k_range, phase)
 
     def _chunk_phases(self):
@@ -165,10 +228,12 @@ class _PackedGemm:
 
     def _tile(self, t, p, mr, nr, cols, k_range, phase):
         """One register tile at row tile t, panel p; the panel has `cols` real columns."""
-        s, K = self.s, self.K
+        s, K = self.s, self.k_steps
         row0 = t * s.mr
-        ops = TileOperands(self.a, lambda ks: row0 * K + ks[0], K,
-                           self.w, lambda ks: (p * K + ks[0]) * s.width)
+        # a reduction step reads one weight per column, or a pair of them
+        per_step = s.width * (2 if self.pairs is not None else 1)
+        ops = TileOperands(self.a if self.pairs is None else self.pairs, lambda ks: row0 * K + ks[0], K,
+                           self.w, lambda ks: (p * K + ks[0]) * per_step)
         col0 = p * s.width
 
         def valid(j):
@@ -176,21 +241,27 @@ class _PackedGemm:
         emit_tile(self.kb, self.tile, [k_range], ops,
                   lambda i, j: self._initial(phase, row0 + i, col0 + j * s.lanes, valid(j)),
                   lambda i, j, v: self._store(phase, row0 + i, col0 + j * s.lanes, valid(j), v),
-                  mr=mr, nr=nr)
+                  mr=mr, nr=nr, pairs=self.pairs is not None)
 
     def _initial(self, phase, m, n, valid) -> Expr:
+        if self.pairs is not None:
+            return as_expr(0, INT32)  # int sums per chunk, added to the partial sums at its end
         if phase in ("mid", "last"):
             return self.y.vec(m * self.N + n, self.s.lanes, valid)
-        if self.bias is not None and self.scale is None:
+        if self.bias is not None:
             return self.bias.vec(n, self.s.lanes)  # padded to whole panels
         return as_expr(0.0, self.y.dtype)
 
     def _store(self, phase, m, n, valid, value):
+        lanes = self.s.lanes
+        if self.pairs is not None:  # int8 weights: y = row scale * column scale * (qa . qw)
+            scale = broadcast(self.row_scale.flat(m), lanes) * self.scale.vec(n, lanes)
+            value = cast(value, self.y.dtype) * scale
+            if phase in ("mid", "last"):
+                value = value + self.y.vec(m * self.N + n, lanes, valid)
+            if phase in ("last", "only") and self.bias is not None:
+                value = value + self.bias.vec(n, lanes)
         if phase in ("last", "only"):
-            if self.scale is not None:  # int8 weights: y = scale * (a . q) + bias
-                value = value * self.scale.vec(n, self.s.lanes)
-                if self.bias is not None:
-                    value = value + self.bias.vec(n, self.s.lanes)
             if self.residual is not None:
                 value = value + self.residual.vec(m * self.N + n, self.s.lanes, valid)
             value = apply_activation(self.act, value)

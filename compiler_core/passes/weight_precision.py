@@ -12,7 +12,8 @@ keeps more of them in L1/L2. Activations and accumulation stay float32:
 
 Converted: the packed weights of PackedGemm (constant-weight MatMul/Gemm), the nonzero
 blocks of SparseGemm (block-sparse layers), and the W and R of LSTM/GRU/RNN. The pass runs last, after pack_weights, on the layouts the kernels read.
-New node inputs: PackedGemm's scale vector (one per packed column) at input 4; a
+New node inputs: PackedGemm's scale vector (one per packed column) at input 4 (and its int8
+panels in pairs of rows, with two scratch outputs: kernels/packed_gemm.py); a
 recurrent node's W and R scales ([dirs, gates*H] each) at inputs 8 and 9; SparseGemm's
 scale per output at input 5.
 """
@@ -26,6 +27,7 @@ import numpy as np
 from ..codegen.target_machine import MachineSpec
 from ..errors import CompileError
 from ..ir import Graph, Node, Value
+from ..kernels.packed_gemm import gemm_dims, pair_rows
 
 WEIGHT_DTYPES = ("float32", "float16", "int8")
 RECURRENT = ("LSTM", "GRU", "RNN")
@@ -86,14 +88,28 @@ def _to_int8(w: np.ndarray, scale: np.ndarray) -> np.ndarray:
 def _converted(n: Node, weight_dtype: str) -> Node:
     if n.op == "PackedGemm" and n.inputs[1].dtype == np.float32:
         inputs, scales = _reduced_inputs(n, [1], weight_dtype, axis=1)
-        return _with_scales(n, inputs, GEMM_SCALE, [s.reshape(-1) if s is not None else None
-                                                    for s in scales])
+        n = _with_scales(n, inputs, GEMM_SCALE, [s.reshape(-1) if s is not None else None
+                                                 for s in scales])
+        return _integer_gemm(n) if weight_dtype == "int8" else n
     if n.op in RECURRENT and all(n.inputs[k].is_const for k in (1, 2)):
         inputs, scales = _reduced_inputs(n, [1, 2], weight_dtype, axis=1)
         return _with_scales(n, inputs, RECURRENT_SCALES, scales)
     if n.op == "SparseGemm" and n.inputs[1].dtype == np.float32:
         return _sparse_converted(n, weight_dtype)
     return n
+
+
+def _integer_gemm(n: Node) -> Node:
+    """PackedGemm with int8 panels as the integer tile reads them (rows in pairs), and
+    the scratch it rounds A into: int16 pairs per row and a scale per row."""
+    w, y = n.inputs[1], n.outputs[0]
+    paired = pair_rows(w.const)
+    M, K = gemm_dims(n)[0], gemm_dims(n)[2]
+    inputs = list(n.inputs)
+    inputs[1] = Value(f"{w.name}_pairs", paired.shape, paired.dtype, const=paired)
+    scratch = [Value(f"{y.name}_a_pairs", (M * -(-K // 2),), np.int32),
+               Value(f"{y.name}_a_scales", (M,), np.float32)]
+    return dataclasses.replace(n, inputs=inputs, outputs=[y, *scratch])
 
 
 def _sparse_converted(n: Node, weight_dtype: str) -> Node:

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from compiler_core.codegen.standalone import KernelLibrary
-from compiler_core.ir.loops import Get, KernelBuilder, broadcast, cast, reduce_lanes, select
+from compiler_core.ir.loops import (INT32, Get, KernelBuilder, broadcast, cast, pair_dot,
+                                    reduce_lanes, select)
 
 
 def _axpy_kernel(lanes):
@@ -97,3 +98,35 @@ def test_chained_accumulators_stay_independent():
     res = np.zeros(1, np.float32)
     KernelLibrary([kernel])(0, x, y, res)
     np.testing.assert_allclose(res[0], np.dot(x, y), rtol=1e-5)
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_pair_dot_sums_products_of_adjacent_int16_pairs(lanes):
+    """Lane j: a[2j] * b[2j] + a[2j+1] * b[2j+1], b broadcast as one int32 word of two int16
+    (as the int8 GEMM tile uses it), extremes included, accumulated in int32."""
+    kb = KernelBuilder("pairs")
+    q, word = kb.buf("q", np.int8, (4 * lanes,)), kb.buf("word", np.int32, (2,))
+    out = kb.buf("out", np.int32, (lanes,))
+    acc = kb.local(INT32, 0, lanes=lanes)
+    with kb.loop(2) as i:
+        step = pair_dot(cast(q.vec(i * 2 * lanes, 2 * lanes), np.int16),
+                        broadcast(word.flat(i), lanes))
+        kb.set(acc, Get(acc) + step)
+    kb.store_flat(out, 0, Get(acc))
+    lib = KernelLibrary([kb.build()])
+    rng = np.random.default_rng(lanes)
+    qv = rng.integers(-127, 128, 4 * lanes).astype(np.int8)
+    qv[:2] = (-127, 127)
+    halves = np.array([[-32767, 32767], [1234, -5]], np.int16)
+    res = np.zeros(lanes, np.int32)
+    lib(0, qv, halves.view(np.int32).ravel(), res)
+    want = sum(qv[k * 2 * lanes:(k + 1) * 2 * lanes].reshape(lanes, 2).astype(np.int64)
+               @ halves[k].astype(np.int64) for k in range(2))
+    np.testing.assert_array_equal(res, want)
+
+
+def test_pair_dot_checks_its_operands():
+    kb = KernelBuilder("bad")
+    q, word = kb.buf("q", np.int8, (16,)), kb.buf("word", np.int32, (1,))
+    with pytest.raises(TypeError, match="int16 x 16 and int32 x 8"):
+        pair_dot(cast(q.vec(0, 8), np.int16), broadcast(word.flat(0), 8))

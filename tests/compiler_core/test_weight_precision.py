@@ -84,6 +84,25 @@ def test_int8_gemm_epilogue_with_bias_chunks_and_edges(m, k, n):
     assert art.meta["weight_precision"]["accuracy"]["outputs"]["y"]["max_rel_err"] < 0.02
 
 
+def test_int8_gemm_rounds_each_row_of_a_on_its_own_scale():
+    """Rows of A far apart in magnitude (and an all-zero one) keep their relative accuracy:
+    A is rounded to int16 per row before the integer product."""
+    k, n = 300, 40
+    model = make_model([helper.make_node("MatMul", ["a", "w"], ["y"])],
+                       [("a", np.float32, [4, k])], [("y", np.float32, [4, n])],
+                       [("w", rand(k, n, seed=3))])
+    a = rand(4, k, seed=5)
+    a[0] *= 1e4
+    a[1] *= 1e-4
+    a[2] = 0
+    got = cc.compile(model, weight_dtype="int8").run({"a": a})["y"]
+    ref = ort_run(model, {"a": a})["y"]
+    for row in (0, 1, 3):
+        np.testing.assert_allclose(got[row], ref[row], rtol=0,
+                                   atol=0.02 * np.abs(ref[row]).max(), err_msg=f"row {row}")
+    assert (got[2] == 0).all()
+
+
 def test_unknown_weight_dtype_is_refused():
     with pytest.raises(cc.CompileError, match="unknown weight_dtype 'bfloat16'.*float16, int8"):
         cc.compile(str(catalog.model_path("wavernn")), weight_dtype="bfloat16")
@@ -100,11 +119,12 @@ def test_target_without_the_conversions_is_refused(weight_dtype, lacking):
 
 @pytest.mark.parametrize("target,register", [("x86-64-v3", "%ymm"), ("x86-64-v4", "%zmm")])
 @pytest.mark.parametrize("weight_dtype,instruction", [("float16", "vcvtph2ps"),
-                                                      ("int8", "vpmovsxbd")])
+                                                      ("int8", "vpmaddwd")])
 def test_weights_are_widened_in_the_targets_registers(target, register, weight_dtype,
                                                       instruction):
-    """AVX2 widens 8 lanes at a time (ymm), AVX-512 16 (zmm); the accuracy of a target this
-    machine may not run is measured on a host build."""
+    """AVX2 widens 8 lanes at a time (ymm), AVX-512 16 (zmm); int8 weights are multiplied
+    as integers, pairs of products summed by one instruction. The accuracy of a target
+    this machine may not run is measured on a host build."""
     art = cc.compile(str(catalog.model_path("wavernn")), catalog.input_shapes("wavernn"),
                      target=target, weight_dtype=weight_dtype)
     widening = [line for line in disassembly(art) if instruction in line]
@@ -112,7 +132,7 @@ def test_weights_are_widened_in_the_targets_registers(target, register, weight_d
     assert art.meta["weight_precision"]["accuracy"]["measured_on"] in (target, "native")
 
 
-@pytest.mark.parametrize("weight_dtype,instruction", [("float16", "fcvtl"), ("int8", "scvtf")])
+@pytest.mark.parametrize("weight_dtype,instruction", [("float16", "fcvtl"), ("int8", "smull")])
 def test_arm_widens_with_neon(weight_dtype, instruction):
     objdump = shutil.which("aarch64-linux-gnu-objdump")
     if objdump is None:
