@@ -6,9 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from bench import kernel_peaks, table
+from bench import baselines, kernel_peaks, table
 from bench.machine import vector_isa
 from bench.models import main, parse_args
+from tests.models import catalog
 
 
 def test_bench_runs_both_thread_counts_and_writes_json(tmp_path, capsys):
@@ -87,3 +88,16 @@ def test_tuning_bench_times_tuned_untuned_and_onnxruntime(tmp_path, capsys):
     assert tuning.main(args) == 0  # again with its records: what was tuned is reused
     again = json.loads(out.read_text())[0]
     assert again["reused"] >= dense["tuned_kernels"] > 0
+
+
+def test_a_model_openvino_cannot_convert_keeps_the_other_baselines(monkeypatch, capsys):
+    def refuse(path, threads, feeds):
+        raise RuntimeError("Exception from core.cpp:84:\nOpConversionFailure: If")
+    monkeypatch.setattr(baselines, "openvino_version", lambda: "2026.4.1")
+    monkeypatch.setattr(baselines, "openvino_runner", refuse)
+    model = catalog.model_path("wavernn")
+    runners = baselines.baseline_runners(model, 1, catalog.feeds("wavernn"))
+    assert set(runners) == {"ort"}
+    runners["ort"]()
+    assert f"OpenVINO cannot run {model.name}: Exception from core.cpp:84:" in \
+        capsys.readouterr().err
