@@ -174,8 +174,10 @@ class _PackedGemm:
             largest = kb.local(a.dtype, reduce_lanes("max", Get(amax)), "largest")
             for k in range(K // lanes * lanes, K):
                 kb.set(largest, maximum(Get(largest), call("abs", a.flat(row + k))))
-            scale = kb.local(a.dtype, select(Get(largest) > 0.0, Get(largest) / float(levels),
-                                             as_expr(1.0, a.dtype)), "scale")
+            # an all-zero row gets scale 1; a NaN in the row makes its scale, and so its
+            # outputs, NaN, as a float product would
+            scale = kb.local(a.dtype, select(Get(largest).eq(0.0), as_expr(1.0, a.dtype),
+                                             Get(largest) / float(levels)), "scale")
             kb.store(self.row_scale, m, Get(scale))
             inverse = kb.local(a.dtype, 1.0 / Get(scale), "inverse")
 
@@ -232,7 +234,8 @@ class _PackedGemm:
         row0 = t * s.mr
         # a reduction step reads one weight per column, or a pair of them
         per_step = s.width * (2 if self.pairs is not None else 1)
-        ops = TileOperands(self.a if self.pairs is None else self.pairs, lambda ks: row0 * K + ks[0], K,
+        a = self.a if self.pairs is None else self.pairs
+        ops = TileOperands(a, lambda ks: row0 * K + ks[0], K,
                            self.w, lambda ks: (p * K + ks[0]) * per_step)
         col0 = p * s.width
 

@@ -2,13 +2,15 @@
 
 Small batch-1 models (speech, sampling nets) stream every weight once per call, so their
 speed is the speed at which weights come from the caches; half or a quarter of the bytes
-keeps more of them in L1/L2. Activations and accumulation stay float32:
+keeps more of them in L1/L2. Activations between kernels stay float32:
 
 * float16: the weights are stored as half and widened in registers (vcvtph2ps, F16C on
   x86; fcvtl on Arm).
 * int8: symmetric, one scale per output channel (scale = max |w| / 127 over the channel's
-  weights, q = round(w / scale)); the kernel widens q in registers (sign-extend, convert)
-  and multiplies the channel's dot product by its scale once, never each weight.
+  weights, q = round(w / scale)); the channel's dot product is multiplied by its scale
+  once, never each weight. PackedGemm multiplies q as integers by its input rounded to
+  int16 (kernels/packed_gemm.py); the recurrent and sparse kernels widen q in registers
+  (sign-extend, convert).
 
 Converted: the packed weights of PackedGemm (constant-weight MatMul/Gemm), the nonzero
 blocks of SparseGemm (block-sparse layers), and the W and R of LSTM/GRU/RNN. The pass runs last, after pack_weights, on the layouts the kernels read.
@@ -104,7 +106,7 @@ def _integer_gemm(n: Node) -> Node:
     the scratch it rounds A into: int16 pairs per row and a scale per row."""
     w, y = n.inputs[1], n.outputs[0]
     paired = pair_rows(w.const)
-    M, K = gemm_dims(n)[0], gemm_dims(n)[2]
+    M, _, K = gemm_dims(n)
     inputs = list(n.inputs)
     inputs[1] = Value(f"{w.name}_pairs", paired.shape, paired.dtype, const=paired)
     scratch = [Value(f"{y.name}_a_pairs", (M * -(-K // 2),), np.int32),

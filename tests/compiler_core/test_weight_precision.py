@@ -103,6 +103,18 @@ def test_int8_gemm_rounds_each_row_of_a_on_its_own_scale():
     assert (got[2] == 0).all()
 
 
+def test_int8_gemm_keeps_nan_in_its_row():
+    """A NaN in a row of A makes that row's outputs NaN, as float weights would, and no
+    other row's."""
+    model = make_model([helper.make_node("MatMul", ["a", "w"], ["y"])],
+                       [("a", np.float32, [3, 20])], [("y", np.float32, [3, 8])],
+                       [("w", rand(20, 8, seed=3))])
+    a = rand(3, 20, seed=6)
+    a[1, 7] = np.nan
+    got = cc.compile(model, weight_dtype="int8").run({"a": a})["y"]
+    assert np.isnan(got[1]).all() and np.isfinite(got[[0, 2]]).all()
+
+
 def test_unknown_weight_dtype_is_refused():
     with pytest.raises(cc.CompileError, match="unknown weight_dtype 'bfloat16'.*float16, int8"):
         cc.compile(str(catalog.model_path("wavernn")), weight_dtype="bfloat16")
