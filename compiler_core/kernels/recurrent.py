@@ -9,7 +9,8 @@ Per direction the kernel does two things:
    than T matrix-vector products that would stream all of W from L2 at every step.
 2. The recurrence: per step, the hidden-state product is added into the step's proj row
    (`row[g] += h[i] * RT[i, g]`, two batch entries sharing each weight load), then the
-   gates are applied elementwise.
+   gates are applied elementwise. When R is larger than L1, every other step reads it
+   backwards, so that most of it is still in L1 from the step before (Cell.alternate).
 
 The two directions of a bidirectional node are the two items of a parallel loop (each
 with its own scratch): at 2 threads each core runs one direction with its weights.
@@ -43,6 +44,8 @@ PARALLEL_DIRECTION_FLOPS = 200_000
 # sharing the weights: an FMA's latency times the two FMA ports is 8 independent chains on
 # znver3, and 12 leave room (of AVX2's 16 registers) for the broadcast and a weight
 TILE_ACCUMULATORS = 12
+# the L1 data cache of the cores we target (Zen 3 and 4; 48 KB on recent Intel cores)
+L1_BYTES = 32 * 1024
 
 
 # ---------------------------------------------------------------- activations
@@ -118,6 +121,15 @@ class Cell:
         """GRU's row of batch entry b (4H: the hidden parts of z, r, h, then r or r * h)."""
         return (self.direction * self.batch + b) * 4 * self.hidden
 
+    def alternate(self, pairs):
+        """The recurrent product's `reverse` (tile_rows) at the step of these (b, t) pairs:
+        1 on every other step when a direction's R is larger than L1, else None (running
+        backwards costs ~2% when R stays in L1 anyway)."""
+        _, rows, width = self.rt.shape
+        if rows * width * self.rt.dtype.itemsize <= L1_BYTES:
+            return None
+        return pairs[0][1] % 2
+
     def direction_flops(self) -> int:
         """Multiply-adds of one direction's products, times two."""
         return 2 * self.seq * self.batch * (self.wt.shape[1] + self.rt.shape[1]) * self.width
@@ -141,15 +153,17 @@ class Cell:
         with self.kb.loop(n) as g:
             self.kb.store(out, start + g, bias_of(g))
 
-    def accumulate(self, out: Buf, starts, n, weights: Buf, d, col, vec_ats, length):
-        """For each (start, vec_at): out[start + g] += sum_i vec(i) * weights[d, i, col + g]."""
+    def accumulate(self, out: Buf, starts, n, weights: Buf, d, col, vec_ats, length,
+                   reverse=None):
+        """For each (start, vec_at): out[start + g] += sum_i vec(i) * weights[d, i, col + g].
+        `reverse` (0 or 1 at run time, see tile_rows) runs the register tiles' i backwards."""
         scale = self.scales.get(id(weights))
         for start in starts if scale is not None else []:
             self.rescale(out, start, n, lambda g: scale[d, col + g], divide=True)
         lanes = self.kb.lanes(out.dtype)
         tiled = n // lanes * lanes
         if tiled:
-            self.tile_rows(out, starts, tiled, weights, d, col, vec_ats, length)
+            self.tile_rows(out, starts, tiled, weights, d, col, vec_ats, length, reverse)
         if n > tiled:  # the last n % lanes columns, in sweeps
             in_sweeps(self.kb, length, lambda first, count: self.sweep_rows(
                 out, [start + tiled for start in starts], n - tiled, weights, d, col + tiled,
@@ -162,7 +176,7 @@ class Cell:
             value, scale = out.flat(start + g), scale_of(g)
             self.kb.store(out, start + g, value / scale if divide else value * scale)
 
-    def tile_rows(self, out, starts, n, weights, d, col, vec_ats, length):
+    def tile_rows(self, out, starts, n, weights, d, col, vec_ats, length, reverse=None):
         """For each (start, vec_at): out[start + g] += sum_i vec(i) * W[d, i, col + g], for
         g < n (whole vectors), in register tiles of up to TILE_ACCUMULATORS vectors: the
         partial sums stay in registers for the whole reduction over i, so each weight is one
@@ -170,8 +184,19 @@ class Cell:
         output row every ROWS_PER_SWEEP weight rows). A tile with few vectors splits the
         reduction into interleaved chains (even and odd i, ...) so that the FMAs do not
         wait for each other. This is the recurrence's per-step product, on its critical
-        path."""
+        path.
+
+        A recurrence reads the same weights at every step, and a layer's R is often a bit
+        larger than L1 (LSTM 48: 36 KB): read in the same order each step, the lines needed
+        next are always the ones just evicted, and all of R comes from L2. With `reverse`
+        set on every other step, i runs backwards then, so a step starts on the rows the
+        previous one ended on, still in L1."""
         kb, dtype = self.kb, out.dtype
+        row_of = lambda i: i
+        if reverse is not None:  # i or length - 1 - i, affine in i: pointers still step
+            first = kb.local(INDEX, reverse * (length - 1), "first_row")
+            step = kb.local(INDEX, 1 - 2 * reverse, "row_step")
+            row_of = lambda i: Get(first) + Get(step) * i
         lanes = kb.lanes(dtype)
         per_row = max(1, TILE_ACCUMULATORS // len(starts))
         for v0 in range(0, n // lanes, per_row):
@@ -182,9 +207,10 @@ class Cell:
             whole = length // chains
             with kb.loop(whole, kind="scalar", name="i") as i:
                 for c in range(chains):
-                    self._tile_step(acc[c], weights, d, col, offsets, vec_ats, i * chains + c)
+                    self._tile_step(acc[c], weights, d, col, offsets, vec_ats,
+                                    row_of(i * chains + c))
             with kb.loop(length, start=whole * chains, kind="scalar", name="i") as i:
-                self._tile_step(acc[0], weights, d, col, offsets, vec_ats, i)
+                self._tile_step(acc[0], weights, d, col, offsets, vec_ats, row_of(i))
             for r, start in enumerate(starts):
                 for j, off in enumerate(offsets):
                     total = Get(acc[0][r][j])
@@ -350,7 +376,8 @@ def lower_lstm(node, kb, ins, outs):
 
         def prepare(pairs):
             cell.accumulate(cell.proj, [cell.proj_start(t, b) for b, t in pairs], 4 * H,
-                            cell.rt, d, 0, [cell.state(d, b) for b, _ in pairs], H)
+                            cell.rt, d, 0, [cell.state(d, b) for b, _ in pairs], H,
+                            cell.alternate(pairs))
 
         def update(b, t):
             with kb.loop(H) as j:
@@ -419,7 +446,7 @@ def _gru_hidden_parts(cell, d, pairs, f, lbr):
     hidden_rows = 3 * H if lbr else 2 * H
     for start in starts:
         cell.init_row(row, start, hidden_rows, lambda k: cell.bias_sum(d, k, (3 * H,)))
-    cell.accumulate(row, starts, hidden_rows, cell.rt, d, 0, states, H)
+    cell.accumulate(row, starts, hidden_rows, cell.rt, d, 0, states, H, cell.alternate(pairs))
     for (b, t), start, state in zip(pairs, starts, states):
         with kb.loop(H) as j:
             r = f(cell.clipped(cell.proj.flat(cell.proj_start(t, b) + H + j)
@@ -430,7 +457,8 @@ def _gru_hidden_parts(cell, d, pairs, f, lbr):
             cell.init_row(row, start + 2 * H, H,
                           lambda k: cell.bias_sum(d, 2 * H + k, (3 * H,)))
         cell.accumulate(row, [start + 2 * H for start in starts], H, cell.rt, d, 2 * H,
-                        [lambda i, st=start: row.flat(st + 3 * H + i) for start in starts], H)
+                        [lambda i, st=start: row.flat(st + 3 * H + i) for start in starts], H,
+                        cell.alternate(pairs))
 
 
 def _gru_update(cell, d, b, t, j, funcs, lbr):
@@ -462,7 +490,7 @@ def lower_rnn(node, kb, ins, outs):
 
         def prepare(pairs):
             cell.accumulate(cell.proj, [cell.proj_start(t, b) for b, t in pairs], H, cell.rt,
-                            d, 0, [cell.state(d, b) for b, _ in pairs], H)
+                            d, 0, [cell.state(d, b) for b, _ in pairs], H, cell.alternate(pairs))
 
         def update(b, t):
             start = cell.proj_start(t, b)

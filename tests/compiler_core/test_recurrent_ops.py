@@ -135,3 +135,32 @@ def test_directions_on_two_threads_match_one_thread(op, tmp_path, monkeypatch):
     assert_matches(model, feeds)
     # the outlined body of the parallel loop (codegen/parallel.py names it kernel.rangeN)
     assert f"_{op}.range".encode() in (tmp_path / "model.so").read_bytes()
+
+
+@pytest.mark.parametrize("op,attrs", [("LSTM", {}), ("GRU", {"linear_before_reset": 0}),
+                                      ("GRU", {"linear_before_reset": 1}), ("RNN", {})])
+def test_weights_read_backwards_every_other_step(op, attrs, monkeypatch):
+    """Where R is larger than L1 the recurrent product runs over its rows backwards on
+    every other step (here forced for any R): the same results, with sequence lengths that
+    end on both parities and batch entries in pairs and alone."""
+    from compiler_core.kernels import recurrent
+
+    monkeypatch.setattr(recurrent, "L1_BYTES", 0)
+    assert_matches(*recurrent_model(op, "bidirectional", initial=True, seq_lens=[5, 2, 3],
+                                    **attrs))
+
+
+def test_speech_sized_lstm_reads_its_weights_backwards_every_other_step():
+    """48 units: R is 48 x 192 floats per direction, 36 KB, more than L1."""
+    from compiler_core.kernels.recurrent import L1_BYTES
+
+    hidden, inputs, steps = 48, 10, 7
+    assert hidden * 4 * hidden * 4 > L1_BYTES
+    node = helper.make_node("LSTM", ["X", "W", "R", "B"], ["Y", "Y_h", "Y_c"],
+                            hidden_size=hidden, direction="bidirectional")
+    model = make_model([node], [("X", F, (steps, 2, inputs))],
+                       [(o, F, None) for o in ("Y", "Y_h", "Y_c")],
+                       [("W", rand(2, 4 * hidden, inputs, seed=1)),
+                        ("R", rand(2, 4 * hidden, hidden, seed=2)),
+                        ("B", rand(2, 8 * hidden, seed=3))], opset=14)
+    assert_matches(model, {"X": rand(steps, 2, inputs, seed=4)})
