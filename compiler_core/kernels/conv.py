@@ -338,7 +338,7 @@ def item_panels(sched: ConvSchedule, shape: GemmShape) -> int:
     """Elements of one work item's panels: its column block (all columns when the items
     split rows: each then packs the same B, a copy per item of a few rows' worth of FMAs)."""
     nr = panel_width(sched, shape)
-    columns = split_blocks(sched, shape)[0] if sched.split == "columns" else shape.N
+    columns = max(split_blocks(sched, shape)[::2]) if sched.split == "columns" else shape.N
     return -(-columns // nr) * nr * shape.K
 
 
@@ -461,12 +461,17 @@ def conv_space(node, spec) -> list[ConvSchedule]:
 
 def split_blocks(sched: ConvSchedule, shape: GemmShape) -> tuple[int, int, int]:
     """(block size, block count, size of the last block) along the split axis; row blocks
-    are whole register tiles (packed weights start a tile at every multiple of mr)."""
+    are whole register tiles (packed weights start a tile at every multiple of mr).
+
+    Blocks are as near total / blocks as whole units allow, and the last one takes what
+    is left over (less than a block more), so that threads taking contiguous runs of items
+    get even shares: rounding the size up instead left 784 columns in tiles of 32 asked
+    for 8 blocks as 6 of 128 and one of 16 (512 vs 272 columns on 2 threads), 196 in 2
+    as 128 and 68; now 7 of 96 and one of 112, 96 and 100."""
     total, unit = (shape.N, sched.tiles.nr) if sched.split == "columns" else (shape.M, sched.tiles.mr)
     unit = max(1, min(unit, total))
-    size = -(-total // max(1, sched.blocks))
-    size = -(-size // unit) * unit
-    count = -(-total // size)
+    size = max(unit, total // max(1, sched.blocks) // unit * unit)
+    count = total // size
     return size, count, total - (count - 1) * size
 
 

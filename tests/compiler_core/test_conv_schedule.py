@@ -98,9 +98,23 @@ def test_big_convs_are_split_and_small_ones_are_not():
 def test_blocks_cover_the_axis_in_whole_tiles():
     tiles = GemmTiles(6, 16, 256, 64)
     size, count, tail = split_blocks(ConvSchedule(tiles, "columns", 4), GemmShape(50, 900, 9))
-    assert size % 16 == 0 and (count - 1) * size + tail == 900 and 0 < tail <= size
+    assert size % 16 == 0 and (count - 1) * size + tail == 900 and size <= tail < 2 * size
     size, count, tail = split_blocks(ConvSchedule(tiles, "rows", 3), GemmShape(50, 900, 9))
-    assert size % 6 == 0 and (count - 1) * size + tail == 50 and 0 < tail <= size
+    assert size % 6 == 0 and (count - 1) * size + tail == 50 and size <= tail < 2 * size
+
+
+@pytest.mark.parametrize("columns,blocks", [(784, 8), (196, 2), (3136, 8), (400, 8), (300, 8),
+                                            (12880, 8), (40, 8)])
+def test_blocks_split_evenly_over_two_threads(columns, blocks):
+    """Each of two threads takes a contiguous run of the items (codegen/parallel.py): the
+    busier one gets little more than half the columns (28x28: 784 columns in tiles of 32
+    once split 512 vs 272)."""
+    tiles = GemmTiles(6, 32, 256, 64)
+    size, count, tail = split_blocks(ConvSchedule(tiles, "columns", blocks),
+                                     GemmShape(64, columns, 9))
+    items = [size] * (count - 1) + [tail]
+    run = -(-count // 2)
+    assert max(sum(items[:run]), sum(items[run:])) <= 0.55 * columns or columns < 2 * 32
 
 
 def test_convs_with_many_output_channels_pack_their_input():
