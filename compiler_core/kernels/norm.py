@@ -175,7 +175,8 @@ def lower_batch_norm_training(node, kb, ins, outs):
 def lower_lrn(node, kb, ins, outs):
     """y = x / (bias + alpha / size * sum of x^2 over a window of channels) ^ beta.
 
-    The window sum accumulates in y itself, one contiguous spatial row at a time.
+    The window sum accumulates in y itself, one contiguous spatial row at a time; the
+    (image, channel) rows are independent, the items of a parallel loop.
     """
     x, y = ins[0], outs[0]
     size, alpha, beta, bias = (node.attrs[k] for k in ("size", "alpha", "beta", "bias"))
@@ -183,7 +184,7 @@ def lower_lrn(node, kb, ins, outs):
     inner = _flat(x.shape[2:])
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
     dt = y.dtype
-    with kb.loops((N, C)) as (n, c):
+    with kb.loops((N, C), kind=loop_kind(x.size)) as (n, c):
         row = (n * C + c) * inner
         with kb.loop(inner, name="s") as s:
             kb.store_flat(y, row + s, as_expr(0.0, dt))

@@ -56,6 +56,8 @@ ROW_KERNELS = {
     "average pool": lambda: _one("AveragePool", [("x", rand(2, 16, 40, 40))], (2, 16, 38, 38),
                                  kernel_shape=[3, 3]),
     "global pool": lambda: _one("GlobalAveragePool", [("x", rand(2, 64, 30, 30))], (2, 64, 1, 1)),
+    "local response norm": lambda: _one("LRN", [("x", rand(1, 64, 28, 28))], (1, 64, 28, 28),
+                                        size=5, alpha=1e-4, beta=0.75, bias=1.0),
     "reduce": lambda: _one("ReduceMean", [("x", rand(8, 64, 100))], (8, 64, 1), axes=[2]),
     "transpose 2d, tiled": lambda: _one("Transpose", [("x", rand(300, 257))], (257, 300),
                                         perm=[1, 0]),
