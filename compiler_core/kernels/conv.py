@@ -338,7 +338,10 @@ def item_panels(sched: ConvSchedule, shape: GemmShape) -> int:
     """Elements of one work item's panels: its column block (all columns when the items
     split rows: each then packs the same B, a copy per item of a few rows' worth of FMAs)."""
     nr = panel_width(sched, shape)
-    columns = max(split_blocks(sched, shape)[::2]) if sched.split == "columns" else shape.N
+    columns = shape.N
+    if sched.split == "columns":
+        size, _, last = split_blocks(sched, shape)
+        columns = max(size, last)  # the last block may be the longest
     return -(-columns // nr) * nr * shape.K
 
 
