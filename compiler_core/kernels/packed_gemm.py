@@ -96,10 +96,11 @@ def gemm_space(node, spec) -> list[GemmSchedule]:
     return out
 
 
-def activation_levels(kc: int) -> int:
+def activation_levels(pairs: int) -> int:
     """The largest int16 an activation is rounded to, for int8 weights: a k chunk's int32
-    sum of up to kc products of |q| <= 127 by it must not overflow (32767 for kc <= 516)."""
-    return min(32767, (2**31 - 1) // (127 * (kc + kc % 2)))
+    sum of the products of `pairs` pairs of rows, |q| <= 127 each, must not overflow
+    (32767 for chunks of up to 258 pairs, k <= 516)."""
+    return min(32767, (2**31 - 1) // (127 * 2 * pairs))
 
 
 def pair_rows(q: np.ndarray) -> np.ndarray:
@@ -135,9 +136,10 @@ class _PackedGemm:
         self.tile = Tile(self.s.mr, self.s.nr, self.s.lanes)
         self.panels = -(-self.N // self.s.width)
         # int8 weights: A as int16 pairs and its row scales; the reduction counts pairs
-        self.pairs, self.row_scale = (outs[1], outs[2]) if self.scale is not None else (None, None)
-        self.k_steps = -(-self.K // 2) if self.pairs is not None else self.K
-        self.kc = -(-self.s.kc // 2) if self.pairs is not None else self.s.kc
+        self.integer = self.scale is not None
+        self.pairs, self.row_scale = (outs[1], outs[2]) if self.integer else (None, None)
+        self.k_steps = -(-self.K // 2) if self.integer else self.K
+        self.kc = -(-self.s.kc // 2) if self.integer else self.s.kc
         self.chunks = -(-self.k_steps // self.kc)
 
     def emit(self):
@@ -146,7 +148,7 @@ class _PackedGemm:
         tiles_per_item = s.mc // s.mr
         row_items = -(-full_tiles // tiles_per_item) if full_tiles else 0
         panel_items = -(-self.panels // s.nc)
-        if self.pairs is not None:
+        if self.integer:
             self._round_rows()
         if row_items:
             with kb.loop(row_items * panel_items, kind="parallel", name="item") as item:
@@ -163,7 +165,7 @@ class _PackedGemm:
         """Each row of A to int16 pairs: q = round(a / s) with s = max |a| / levels (s = 1
         for an all-zero row), two per int32 word, the lower half first."""
         kb, a, K, lanes = self.kb, self.a, self.K, self.s.lanes
-        levels = activation_levels(2 * self.kc)
+        levels = activation_levels(self.kc)
         # many rows are worth their own parallel region (a fork/join, ~1 us)
         kind = "parallel" if self.M > 1 and self.M * K >= ROUND_IN_PARALLEL else "serial"
         with kb.loop(self.M, kind=kind, name="m") as m:
@@ -233,8 +235,8 @@ class _PackedGemm:
         s, K = self.s, self.k_steps
         row0 = t * s.mr
         # a reduction step reads one weight per column, or a pair of them
-        per_step = s.width * (2 if self.pairs is not None else 1)
-        a = self.a if self.pairs is None else self.pairs
+        per_step = s.width * (2 if self.integer else 1)
+        a = self.pairs if self.integer else self.a
         ops = TileOperands(a, lambda ks: row0 * K + ks[0], K,
                            self.w, lambda ks: (p * K + ks[0]) * per_step)
         col0 = p * s.width
@@ -244,10 +246,10 @@ class _PackedGemm:
         emit_tile(self.kb, self.tile, [k_range], ops,
                   lambda i, j: self._initial(phase, row0 + i, col0 + j * s.lanes, valid(j)),
                   lambda i, j, v: self._store(phase, row0 + i, col0 + j * s.lanes, valid(j), v),
-                  mr=mr, nr=nr, pairs=self.pairs is not None)
+                  mr=mr, nr=nr, pairs=self.integer)
 
     def _initial(self, phase, m, n, valid) -> Expr:
-        if self.pairs is not None:
+        if self.integer:
             return as_expr(0, INT32)  # int sums per chunk, added to the partial sums at its end
         if phase in ("mid", "last"):
             return self.y.vec(m * self.N + n, self.s.lanes, valid)
@@ -257,7 +259,7 @@ class _PackedGemm:
 
     def _store(self, phase, m, n, valid, value):
         lanes = self.s.lanes
-        if self.pairs is not None:  # int8 weights: y = row scale * column scale * (qa . qw)
+        if self.integer:  # int8 weights: y = row scale * column scale * (qa . qw)
             scale = broadcast(self.row_scale.flat(m), lanes) * self.scale.vec(n, lanes)
             value = cast(value, self.y.dtype) * scale
             if phase in ("mid", "last"):
