@@ -153,8 +153,7 @@ class Cell:
         with self.kb.loop(n) as g:
             self.kb.store(out, start + g, bias_of(g))
 
-    def accumulate(self, out: Buf, starts, n, weights: Buf, d, col, vec_ats, length,
-                   reverse=None):
+    def accumulate(self, out: Buf, starts, n, weights: Buf, d, col, vec_ats, length, reverse):
         """For each (start, vec_at): out[start + g] += sum_i vec(i) * weights[d, i, col + g].
         `reverse` (0 or 1 at run time, see tile_rows) runs the register tiles' i backwards."""
         scale = self.scales.get(id(weights))
@@ -176,7 +175,7 @@ class Cell:
             value, scale = out.flat(start + g), scale_of(g)
             self.kb.store(out, start + g, value / scale if divide else value * scale)
 
-    def tile_rows(self, out, starts, n, weights, d, col, vec_ats, length, reverse=None):
+    def tile_rows(self, out, starts, n, weights, d, col, vec_ats, length, reverse):
         """For each (start, vec_at): out[start + g] += sum_i vec(i) * W[d, i, col + g], for
         g < n (whole vectors), in register tiles of up to TILE_ACCUMULATORS vectors: the
         partial sums stay in registers for the whole reduction over i, so each weight is one
