@@ -246,6 +246,9 @@ class KernelLowering:
             zero = ir.Constant(a.type.element, 0.0)
             return self._call(f"llvm.vector.reduce.fadd.{suffix}", a.type.element, [zero, a],
                               fastmath=("reassoc",))
+        if e.op == "maxnum":  # loops.reduce_lanes: no NaN lanes, hence nnan
+            return self._call(f"llvm.vector.reduce.fmax.{suffix}", a.type.element, [a],
+                              fastmath=("nnan",))
         name = "fminimum" if e.op == "min" else "fmaximum"  # NaN-propagating, as maximum()
         return self._call(f"llvm.vector.reduce.{name}.{suffix}", a.type.element, [a])
 

@@ -448,7 +448,9 @@ def extract(a: Expr, lane: int) -> Expr:
 
 
 def reduce_lanes(op: str, a: Expr) -> Expr:
-    if op not in ("add", "min", "max"):
+    """The lanes of `a` combined by op: add, min, max (NaN-propagating, as maximum()) or,
+    for floats that are never NaN, maxnum (a tree of plain max instructions)."""
+    if op not in ("add", "min", "max", "maxnum"):
         raise ValueError(f"reduce_lanes: unknown op {op!r}")
     return a if a.lanes == 1 else Reduce(op, a)
 

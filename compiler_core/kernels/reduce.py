@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.loops import Const, Expr, as_expr, call, cast, maximum, minimum, select
+from ..ir.loops import Const, Expr, as_expr, call, cast, maximum, minimum, reduce_lanes, select
 from .fastmath import math_call
 from .elementwise import loop_kind
 from .registry import lowering
@@ -251,9 +251,59 @@ def lower_softmax(node, kb, ins, outs):
     with kb.loop(outer, kind=loop_kind(x.size, outer)) as o:
         if inner > 1 and len(outs) == 3:
             _softmax_columns(kb, x, y, outs[1], outs[2], o * n * inner, n, inner, log)
+        elif inner == 1 and x.dtype == y.dtype == np.float32 and kb.lanes(x.dtype) > 1:
+            _softmax_vector_row(kb, x, y, o * n, n, log)
         else:
             with kb.loop(inner) as i:
                 _softmax_row(kb, x, y, o * n * inner + i, n, inner, log)
+
+
+def _softmax_vector_row(kb, x, y, base, n, log):
+    """One contiguous float32 row in whole vectors, the last one masked. Left to LLVM, a
+    short row (a classifier's 29 classes) ran its exps in the scalar remainder of a vector
+    loop that is 4 vectors wide, and every row's max went through maximum()'s NaN and
+    signed-zero handling."""
+    lanes = kb.lanes(x.dtype)
+    whole, tail = divmod(n, lanes)
+    tail_at = base + whole * lanes
+    chunk = lambda c: x.vec(base + c * lanes, lanes)
+
+    # The row's max only keeps exp() in range: it may pass over NaNs (the sum of exps
+    # does not, so a NaN still fills its row), so it is one compare and select per vector,
+    # and its lanes are never NaN.
+    larger = lambda a, b: select(a > b, a, b)
+    top = kb.local(x.dtype, -math.inf, "max", lanes)
+    with kb.loop(whole, kind="scalar") as c:
+        kb.set(top, larger(chunk(c), kb.get(top)))
+    if tail and whole:  # max does not mind the overlap of the row's last whole vector
+        kb.set(top, larger(x.vec(base + n - lanes, lanes), kb.get(top)))
+    m = kb.local(x.dtype, reduce_lanes("maxnum", kb.get(top)), "max")
+    if not whole:
+        with kb.loop(tail) as a:
+            kb.set(m, larger(x.flat(tail_at + a), kb.get(m)))
+
+    total = kb.local(x.dtype, 0, "sum", lanes)
+    with kb.loop(whole, kind="scalar") as c:
+        e = kb.local(x.dtype, math_call("exp", chunk(c) - kb.get(m)), "e", lanes)
+        if not log:
+            kb.store(y, base + c * lanes, kb.get(e))
+        kb.set(total, kb.get(total) + kb.get(e))
+    if tail:  # y holds the tail's exps, read back masked: lanes past the row add 0
+        e = math_call("exp", x.vec(tail_at, lanes, valid=tail) - kb.get(m))
+        kb.store(y, tail_at, e, valid=tail)
+        kb.set(total, kb.get(total) + y.vec(tail_at, lanes, valid=tail))
+    s = reduce_lanes("add", kb.get(total))
+
+    if log:
+        shift = kb.local(x.dtype, kb.get(m) + math_call("log", s), "shift")
+        row = lambda at, valid=None: x.vec(at, lanes, valid) - kb.get(shift)
+    else:
+        scale = kb.local(x.dtype, as_expr(1, x.dtype) / s, "scale")
+        row = lambda at, valid=None: y.vec(at, lanes, valid) * kb.get(scale)
+    with kb.loop(whole, kind="scalar") as c:
+        kb.store(y, base + c * lanes, row(base + c * lanes))
+    if tail:
+        kb.store(y, tail_at, row(tail_at, tail), valid=tail)
 
 
 def _softmax_row(kb, x, y, base, n, stride, log):

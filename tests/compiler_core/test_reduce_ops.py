@@ -140,6 +140,28 @@ def test_softmax_large_values_do_not_overflow():
         assert_matches(model, {"x": x})
 
 
+def _softmax64(x, log):
+    shifted = x.astype(np.float64) - x.max(axis=-1, keepdims=True)
+    total = np.exp(shifted).sum(axis=-1, keepdims=True)
+    return shifted - np.log(total) if log else np.exp(shifted) / total
+
+
+@pytest.mark.parametrize("target", ["native", "x86-64-v3"])  # 16 and 8 float lanes
+@pytest.mark.parametrize("n", [3, 8, 16, 29, 37, 64, 1000])
+def test_softmax_rows_in_vectors_with_a_masked_tail(target, n):
+    # contiguous rows run in whole vectors plus a masked last one: rows shorter than a
+    # vector, whole vectors, and tails of every kind; a NaN fills its row with NaNs
+    x = rand(4, n, seed=n, low=-5, high=5)
+    x[3, n // 2] = np.nan
+    for op in ["Softmax", "LogSoftmax"]:
+        model = make_model([helper.make_node(op, ["x"], ["y"], axis=-1)], [("x", F, x.shape)],
+                           [("y", F, x.shape)], opset=13)
+        got = cc.compile(model, target=target).run({"x": x})["y"]
+        want = _softmax64(x, op == "LogSoftmax")
+        np.testing.assert_allclose(got[:3], want[:3], rtol=2e-6, atol=2e-6)
+        assert np.isnan(got[3]).all()
+
+
 def test_softmax_float64():
     x = rand(5, 9, dtype=np.float64, seed=13)
     model = make_model([helper.make_node("Softmax", ["x"], ["y"], axis=0)],
