@@ -85,6 +85,20 @@ def test_transpose_tiled(shape, perm):
     check("Transpose", rand(*shape), {"perm": perm})
 
 
+@pytest.mark.parametrize("shape,perm,copies", [
+    ((1, 50, 40), [1, 0, 2], False), ((50, 2, 1, 48), [0, 2, 1, 3], False),
+    ((3, 1, 4), [2, 1, 0], True)])
+def test_transpose_moving_only_extent_1_axes_is_a_view(shape, perm, copies):
+    # the elements keep their order when only axes of extent 1 move: a Reshape, no kernel
+    x = rand(*shape)
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm),
+             helper.make_node("Relu", ["t"], ["y"])]
+    model = make_model(nodes, [("x", F, shape)], [("y", F, None)])
+    ops = [k["op"] for k in cc.compile(model).meta["kernels"]]
+    assert ("Transpose" in ops) == copies
+    assert_matches(model, {"x": x})
+
+
 def test_concat_with_constant_and_negative_axis():
     x = rand(2, 3)
     check("Concat", x, {"axis": -1}, consts=[("c", rand(2, 2, seed=3))],

@@ -119,6 +119,9 @@ def transpose(cx, x, perm):
     if perm == tuple(range(len(perm))):
         return x
     shape = tuple(x.shape[p] for p in perm)
+    moved = [p for p in perm if x.shape[p] != 1]
+    if moved == sorted(moved):  # only extent-1 axes move: the elements keep their order
+        return reshape(cx, x, shape)
     return cx.emit1("Transpose", [x], shape, x.dtype, {"perm": perm})
 
 
