@@ -140,7 +140,7 @@ def lower_graph(graph: Graph, plan: MemoryPlan, spec: MachineSpec) -> tuple[list
             steps.append(Step(None, [], n.guards, error=errors, message=n.attrs["message"]))
             nodes.append(n)
             continue
-        if n.outputs[0] in plan.views:
+        if n.outputs[0] in plan.elided:
             continue
         key = kernel_key(n)
         if key not in kernels:

@@ -1,11 +1,15 @@
 """Static memory planning: every intermediate tensor gets an offset in one arena.
 
 Buffers are reused by liveness (first fit over a free list, 64-byte aligned). View ops
-(Reshape and friends) share their input's storage instead of copying. Graph inputs,
-graph outputs and constants live outside the arena.
+(Reshape and friends) share their input's storage instead of copying. A Concat whose
+inputs are whole slices of its output is assembled in place: each input is a view at its
+offset in the output, written there by its producer, and the Concat has no kernel (a copy
+that, at two threads, also pulls half of every input from the other core's cache). Graph
+inputs, graph outputs and constants live outside the arena.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..ir import Graph, Node, Value
@@ -23,15 +27,23 @@ class Location:
 @dataclass
 class MemoryPlan:
     locations: dict[Value, Location] = field(default_factory=dict)
-    views: dict[Value, Value] = field(default_factory=dict)  # view -> storage owner
+    # view -> (the value whose storage it shares, its byte offset in that storage)
+    views: dict[Value, tuple[Value, int]] = field(default_factory=dict)
+    elided: set[Value] = field(default_factory=set)  # outputs of nodes that need no kernel
     arena_size: int = 0
     weights: list[tuple[Value, int]] = field(default_factory=list)
     weights_size: int = 0
 
     def storage(self, v: Value) -> Value:
+        return self.storage_offset(v)[0]
+
+    def storage_offset(self, v: Value) -> tuple[Value, int]:
+        """The value owning v's storage, and v's byte offset in it."""
+        offset = 0
         while v in self.views:
-            v = self.views[v]
-        return v
+            v, step = self.views[v]
+            offset += step
+        return v, offset
 
 
 def _align(n: int) -> int:
@@ -42,6 +54,24 @@ def is_view(node: Node, pinned: set[Value]) -> bool:
     """A view shares storage, unless that would make a pinned buffer alias another."""
     return (node.op in VIEW_OPS and not node.guards and node.inputs[0] is not None
             and node.outputs[0] not in pinned)
+
+
+def concat_slices(node: Node, plan: MemoryPlan, pinned: set[Value]) -> list[int] | None:
+    """The byte offsets of a Concat's inputs in its output, when it can be assembled in
+    place: nothing but extent 1 before the axis (each input is one contiguous slice),
+    slices 64-byte aligned, and every input a distinct value of the arena that is not
+    already a view (of a Reshape's input, or of another Concat's output)."""
+    out, ins = node.outputs[0], node.inputs
+    if (node.op != "Concat" or node.guards or out in pinned
+            or math.prod(out.shape[:node.attrs["axis"]]) != 1 or len(set(ins)) != len(ins)):
+        return None
+    offsets, at = [], 0
+    for v in ins:
+        if v is None or v in pinned or v in plan.views or at % ALIGN:
+            return None
+        offsets.append(at)
+        at += v.nbytes
+    return offsets
 
 
 class _Arena:
@@ -85,7 +115,11 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     pinned = set(plan.locations)
     for n in graph.nodes:
         if is_view(n, pinned):
-            plan.views[n.outputs[0]] = n.inputs[0]
+            plan.views[n.outputs[0]] = (n.inputs[0], 0)
+            plan.elided.add(n.outputs[0])
+        elif (offsets := concat_slices(n, plan, pinned)) is not None:
+            plan.views.update((v, (n.outputs[0], at)) for v, at in zip(n.inputs, offsets))
+            plan.elided.add(n.outputs[0])
     _assign_arena(graph, plan)
     return plan
 
@@ -112,5 +146,7 @@ def _assign_arena(graph: Graph, plan: MemoryPlan) -> None:
             arena.release(plan.locations[owner].index, owner.nbytes)
             del live[owner]
     plan.arena_size = arena.top
-    for v, owner in plan.views.items():
-        plan.locations[v] = plan.locations[owner]
+    for v in plan.views:
+        owner, offset = plan.storage_offset(v)
+        root = plan.locations[owner]  # offsets are only ever into the arena
+        plan.locations[v] = Location(root.kind, root.index + offset)

@@ -97,3 +97,54 @@ def test_exporters_erf_gelu_becomes_the_matmul_epilogue():
     m = make_model(nodes, [("x", F, (32, 64))], [("y", F, (32, 48))], inits)
     assert_matches(m, {"x": rand(32, 64, seed=3)})
     assert [kn["op"] for kn in cc.compile(m).meta["kernels"]] == ["PackedGemm"]
+
+
+def _conv(x, w, y, k):
+    return helper.make_node("Conv", [x, w], [y], kernel_shape=[k, k], pads=[k // 2] * 4)
+
+
+def _dense_block_model(channels, hw, batch=1):
+    """Fire module, then DenseNet: c1 = [x0, f(x0)], c2 = [c1, g(c1)] (nested Concats)."""
+    c = channels
+    weights = [("wa", rand(c, c, 1, 1, seed=1)), ("wb", rand(c, c, 3, 3, seed=2)),
+               ("wf", rand(c, 2 * c, 3, 3, seed=3)), ("wg", rand(c, 3 * c, 1, 1, seed=4)),
+               ("wo", rand(2, 4 * c, 1, 1, seed=5))]
+    nodes = [_conv("x", "wa", "a", 1), _conv("x", "wb", "b", 3),
+             helper.make_node("Concat", ["a", "b"], ["x0"], axis=1),
+             helper.make_node("Relu", ["x0"], ["f_in"]), _conv("f_in", "wf", "f", 3),
+             helper.make_node("Concat", ["x0", "f"], ["c1"], axis=1),
+             _conv("c1", "wg", "g", 1),
+             helper.make_node("Concat", ["c1", "g"], ["c2"], axis=1),
+             _conv("c2", "wo", "y", 1)]
+    shape = (batch, c, hw, hw)
+    return make_model(nodes, [("x", F, shape)], [("y", F, (batch, 2, hw, hw))], weights), shape
+
+
+def test_concats_assembled_in_place_by_their_producers():
+    model, shape = _dense_block_model(channels=16, hw=8)
+    plan = plan_memory(import_model(model))
+    slice_bytes = 16 * 8 * 8 * 4
+    offsets = {v.name: (plan.storage(v).name, at) for v in plan.views
+               for at in [plan.storage_offset(v)[1]]}
+    assert offsets["a"] == ("c2", 0) and offsets["b"] == ("c2", slice_bytes)
+    assert offsets["f"] == ("c2", 2 * slice_bytes) and offsets["g"] == ("c2", 3 * slice_bytes)
+    art = cc.compile(model)
+    assert "Concat" not in {k["op"] for k in art.meta["kernels"]}
+    assert_matches(model, {"x": rand(*shape, seed=6)})
+
+
+def test_concats_copied_when_their_inputs_are_not_slices_to_write_in_place():
+    # 3 channels of 5x5 floats: slices not 64-byte aligned; batch 2: not one slice each
+    for channels, hw, batch in [(3, 5, 1), (16, 8, 2)]:
+        model, shape = _dense_block_model(channels, hw, batch)
+        art = cc.compile(model)
+        assert [k["op"] for k in art.meta["kernels"]].count("Concat") == 3
+        assert_matches(model, {"x": rand(*shape, seed=7)})
+    # a graph input, and one value twice, cannot be placed in the output
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Concat", ["x", "r"], ["c"], axis=1),
+             helper.make_node("Concat", ["r", "r"], ["d"], axis=1),
+             helper.make_node("Concat", ["c", "d"], ["y"], axis=0)]
+    model = make_model(nodes, [("x", F, (1, 16))], [("y", F, (2, 32))])
+    assert [k["op"] for k in cc.compile(model).meta["kernels"]].count("Concat") == 3
+    assert_matches(model, {"x": rand(1, 16, seed=8)})
