@@ -214,6 +214,10 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
             packed = _default_packing(ConvSchedule(tiles, "columns", few, True), shape, pieces)
             if packed.pack:
                 return packed
+        sched = _default_packing(sched, shape, pieces)
+        if sched.pack:
+            return dataclasses.replace(sched, blocks=min(sched.blocks, PACKED_ROW_BLOCKS))
+        return sched
     return _default_packing(sched, shape, pieces)
 
 
@@ -271,6 +275,14 @@ def skinny_schedule(node, spec, tiles: GemmTiles, vectors: int = 0, blocks: int 
 # tile: 0.22 -> 0.26 ms on znver3).
 FEW_BLOCKS_MAX_WEIGHT_BYTES = 4 << 20
 FEW_BLOCKS_MIN_TILES = 3
+# the larger of two threads' shares of the columns, as the blocks split them, for column
+# items to be worth it; else row items split the channels evenly (SqueezeNet's 512 -> 1000
+# at 13x13: 169 columns in tiles of 32 go 96 | 73 at best, 0.57)
+FEW_BLOCKS_MAX_SHARE = 0.55
+# Row items each pack all of B: as few as balance 2 and 4 threads (znver4, 1 and 2
+# threads, 8 items -> 4: 512 -> 1000 at 13x13 1.61 -> 1.56 and 0.83 -> 0.79 ms, 256 ->
+# 1024 at 14x14 0.96 -> 0.94 and 0.49 -> 0.48 ms)
+PACKED_ROW_BLOCKS = 4
 
 
 def _few_column_blocks(shape: GemmShape, nr: int) -> int:
@@ -282,13 +294,16 @@ def _few_column_blocks(shape: GemmShape, nr: int) -> int:
         return 0
     tiles = -(-shape.N // nr)
     for blocks in (4, 2):
-        per = -(-tiles // blocks)
-        if per < FEW_BLOCKS_MIN_TILES:
+        if -(-tiles // blocks) < FEW_BLOCKS_MIN_TILES:
             continue
-        sizes = [per] * (tiles // per) + ([tiles % per] if tiles % per else [])
-        half = -(-len(sizes) // 2)
-        if len(sizes) >= 2 and max(sum(sizes[:half]), sum(sizes[half:])) <= 0.6 * tiles:
-            return len(sizes)
+        # the columns of each block as split_blocks cuts them; a thread's items are a
+        # contiguous run
+        size, count, last = split_blocks(ConvSchedule(GemmTiles(1, nr, 1, 1), "columns", blocks),
+                                         shape)
+        sizes = [size] * (count - 1) + [last]
+        half = -(-count // 2)
+        if count >= 2 and max(sum(sizes[:half]), sum(sizes[half:])) <= FEW_BLOCKS_MAX_SHARE * shape.N:
+            return blocks
     return 0
 
 

@@ -117,6 +117,23 @@ def test_blocks_split_evenly_over_two_threads(columns, blocks):
     assert max(sum(items[:run]), sum(items[run:])) <= 0.55 * columns or columns < 2 * 32
 
 
+@pytest.mark.parametrize("c,oc,hw", [(512, 1000, 13), (256, 1024, 14), (1024, 256, 14),
+                                     (256, 128, 20), (64, 256, 13)])
+def test_default_split_balances_two_threads(c, oc, hw):
+    """Planes too narrow for many column items (SqueezeNet's 512 -> 1000 at 13x13 went in
+    column blocks of 64 | 105) split the channels instead; row items that each pack all of
+    the input stay few."""
+    node = conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=1))
+    sched = default_conv_schedule(node, host_spec())
+    shape, _ = conv_gemm_shape(node)
+    assert sched.parallel
+    size, count, tail = split_blocks(sched, shape)
+    items = [size] * (count - 1) + [tail]
+    run = -(-count // 2)
+    assert max(sum(items[:run]), sum(items[run:])) <= 0.55 * sum(items), sched
+    assert not (sched.split == "rows" and sched.pack and count > 4), sched
+
+
 def test_convs_with_many_output_channels_pack_their_input():
     for case in ("1x1, input packed into panels", "3x3 strided, input packed, batch of 2"):
         node = conv_node(conv_model(**CASES[case]))
