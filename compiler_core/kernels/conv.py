@@ -214,11 +214,10 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
             packed = _default_packing(ConvSchedule(tiles, "columns", few, True), shape, pieces)
             if packed.pack:
                 return packed
-        sched = _default_packing(sched, shape, pieces)
-        if sched.pack:
-            return dataclasses.replace(sched, blocks=min(sched.blocks, PACKED_ROW_BLOCKS))
-        return sched
-    return _default_packing(sched, shape, pieces)
+    sched = _default_packing(sched, shape, pieces)
+    if sched.split == "rows" and sched.pack:  # each row item packs all of B
+        sched = dataclasses.replace(sched, blocks=min(sched.blocks, PACKED_ROW_BLOCKS))
+    return sched
 
 
 # Output positions over vector lanes fill fewer of them than this (a 7x7 plane: 49 of 64
