@@ -7,6 +7,7 @@ Exported C ABI (see model.h):
     int    tf_profile(inputs, outputs, arena, int64_t *ns);  // adds each kernel's time to ns[k]
     int    tf_num_kernels(void);
     int    tf_set_num_threads(int n);                            // parallel loops (libgomp)
+Both entry points run the graph with denormals as zero (codegen/denormals.py).
 Weights live in a separate object (`tf_weights`, hidden) assembled from raw bytes, so
 hundreds of megabytes of constants never pass through LLVM's textual IR.
 """
@@ -19,6 +20,7 @@ from llvmlite import ir
 from ..ir import Guard, Value
 from ..ir.loops import Kernel
 from ..passes.memory_plan import MemoryPlan
+from .denormals import wrap_entry
 from .lower_kernel import I8, I32, I64, PTR, lower_kernel, mem_type
 from .parallel import threads_global
 
@@ -46,8 +48,10 @@ def build_module(name: str, triple: str, steps: list[Step], plan: MemoryPlan) ->
         if s.kernel is not None and id(s.kernel) not in lowered:
             lowered[id(s.kernel)] = lower_kernel(module, s.kernel)
     fns = [lowered.get(id(s.kernel)) if s.kernel is not None else None for s in steps]
-    entry = _entry(module, "tf_run_with_arena", steps, fns, plan, weights)
-    _entry(module, "tf_profile", steps, fns, plan, weights, profile=True)
+    entry = wrap_entry(module, _entry(module, "tf_graph", steps, fns, plan, weights),
+                       "tf_run_with_arena")
+    wrap_entry(module, _entry(module, "tf_graph_profiled", steps, fns, plan, weights,
+                              profile=True), "tf_profile")
     _static_entry(module, entry, plan)
     _constant_fn(module, "tf_num_kernels", I32, sum(1 for s in steps if s.kernel))
     set_threads_function(module)

@@ -3,13 +3,15 @@
 A top-level `For(kind="parallel")` of a kernel is outlined into a range function
 `name.rangeN(params..., lo, hi)` (noalias params, so it vectorises like any kernel). With
 one thread the kernel calls it once over the whole range, so threads=1 pays nothing; with
-more, GOMP_parallel runs a trampoline on every thread that takes an even chunk.
+more, GOMP_parallel runs a trampoline on every thread that takes an even chunk (with
+denormals as zero, as the entry point runs: codegen/denormals.py).
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
 from ..ir import loops as L
+from .denormals import denormals_as_zero
 from .lower_kernel import I32, I64, PTR, KernelLowering, RawIndex
 
 THREADS = "tf_num_threads"
@@ -63,7 +65,9 @@ def _trampoline(module, range_fn, nparams: int, start: int, stop: int) -> ir.Fun
     lo = b.add(ir.Constant(I64, start), b.mul(tid, chunk))
     hi = b.add(lo, chunk)
     hi = b.select(b.icmp_signed("<", hi, ir.Constant(I64, stop)), hi, ir.Constant(I64, stop))
-    with b.if_then(b.icmp_signed("<", lo, hi)):
+    entry = ir.IRBuilder(fn.entry_basic_block)
+    entry.position_at_start(fn.entry_basic_block)
+    with b.if_then(b.icmp_signed("<", lo, hi)), denormals_as_zero(module, b, entry):
         b.call(range_fn, [*params, lo, hi])
     b.ret_void()
     return fn

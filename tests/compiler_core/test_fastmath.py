@@ -1,6 +1,7 @@
 """Measured error of the vectorised float32 transcendentals (kernels/fastmath.py), through
 the whole compiler, against float64 numpy."""
 import math
+import platform
 
 import numpy as np
 import pytest
@@ -52,7 +53,10 @@ def test_special_values():
         logs = run("Log", np.abs(x))
         np.testing.assert_array_equal(logs[:5], np.log(np.abs(x[:5])))
         assert np.isnan(run("Log", np.array([-1.0], F)))[0]
-        np.testing.assert_allclose(logs[7], np.log(np.float64(1e-40)), rtol=1e-3)
+        if platform.machine() == "x86_64":  # a denormal reads as zero (codegen/denormals.py)
+            assert logs[7] == -np.inf
+        else:
+            np.testing.assert_allclose(logs[7], np.log(np.float64(1e-40)), rtol=1e-3)
     np.testing.assert_array_equal(run("Tanh", x)[[2, 3, 5, 6]], [1, -1, 1, -1])
     np.testing.assert_array_equal(run("Sigmoid", x)[[2, 3]], [1, 0])
     assert np.isnan(run("Tanh", x)[4]) and np.isnan(run("Erf", x)[4])

@@ -1,4 +1,6 @@
 """Parallel loops: the same results with any thread count."""
+import platform
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -24,6 +26,15 @@ def test_parallel_elementwise_matches(artifact, threads):
     x, y = rand(4, 64, 513), rand(513, seed=1)
     out = cc.load(artifact, threads=threads).run({"x": x, "y": y})["z"]
     np.testing.assert_allclose(out, np.tanh(x * y), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="MXCSR is x86's")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_denormals_are_zero_while_the_model_runs_and_only_then(artifact, threads):
+    x, y = np.full((4, 64, 513), 1e-20, F), np.full(513, 1e-20, F)  # products of 1e-40
+    out = cc.load(artifact, threads=threads).run({"x": x, "y": y})["z"]
+    assert not out.any()  # IEEE arithmetic: tanh(1e-40) = 1e-40
+    assert (x * y).all()  # the caller's own arithmetic keeps its denormals
 
 
 def _needs_libgomp(directory) -> bool:
