@@ -4,8 +4,10 @@ Buffers are reused by liveness (first fit over a free list, 64-byte aligned). Vi
 (Reshape and friends) share their input's storage instead of copying. A Concat whose
 inputs are whole slices of its output is assembled in place: each input is a view at its
 offset in the output, written there by its producer, and the Concat has no kernel (a copy
-that, at two threads, also pulls half of every input from the other core's cache). Graph
-inputs, graph outputs and constants live outside the arena.
+that, at two threads, also pulls half of every input from the other core's cache). Likewise
+a Slice that picks one contiguous range of its input (Split's channel groups at batch 1, as
+in YOLO's C2f blocks) is a view at that range's offset. Graph inputs, graph outputs and
+constants live outside the arena.
 """
 from __future__ import annotations
 
@@ -56,22 +58,58 @@ def is_view(node: Node, pinned: set[Value]) -> bool:
             and node.outputs[0] not in pinned)
 
 
-def concat_slices(node: Node, plan: MemoryPlan, pinned: set[Value]) -> list[int] | None:
-    """The byte offsets of a Concat's inputs in its output, when it can be assembled in
-    place: nothing but extent 1 before the axis (each input is one contiguous slice),
-    slices 64-byte aligned, and every input a distinct value of the arena that is not
-    already a view (of a Reshape's input, or of another Concat's output)."""
+def concat_slices(node: Node, plan: MemoryPlan, pinned: set[Value]) -> list[tuple[Value, int]] | None:
+    """Where a Concat's inputs go in its output, as (value, byte offset), when it can be
+    assembled in place: nothing but extent 1 before the axis (each input is one contiguous
+    slice), slices 64-byte aligned, and every input a distinct value of the arena. An input
+    that is already a view goes in with the value it views, which must then be exactly
+    tiled by consecutive inputs (YOLO's C2f concatenates both halves of a Split)."""
     out, ins = node.outputs[0], node.inputs
     if (node.op != "Concat" or node.guards or out in pinned
             or math.prod(out.shape[:node.attrs["axis"]]) != 1 or len(set(ins)) != len(ins)):
         return None
-    offsets, at = [], 0
-    for v in ins:
-        if v is None or v in pinned or v in plan.views or at % ALIGN:
+    placed, at, k = [], 0, 0
+    while k < len(ins):
+        if ins[k] is None or at % ALIGN:
             return None
-        offsets.append(at)
-        at += v.nbytes
-    return offsets
+        owner, count = _tiled_owner(ins, k, plan)
+        if count == 0 or owner in pinned or owner in (v for v, _ in placed):
+            return None
+        placed.append((owner, at))
+        at, k = at + owner.nbytes, k + count
+    return placed
+
+
+def _tiled_owner(ins: list, k: int, plan: MemoryPlan) -> tuple[Value, int]:
+    """The value owning ins[k]'s storage, and how many inputs from k on tile it in order
+    (0 when they do not cover it whole)."""
+    owner, covered, j = plan.storage(ins[k]), 0, k
+    while j < len(ins) and ins[j] is not None and plan.storage_offset(ins[j]) == (owner, covered):
+        covered += ins[j].nbytes
+        j += 1
+        if covered == owner.nbytes:
+            return owner, j - k
+    return owner, 0
+
+
+def slice_offset(node: Node, plan: MemoryPlan, pinned: set[Value]) -> int | None:
+    """The byte offset of a Slice's output in its input, when the output is one contiguous,
+    64-byte-aligned range of an arena value: unit steps, and extent 1 before the last axis
+    that is cut (the ones after it are whole)."""
+    if node.op != "Slice":
+        return None
+    x, y = node.inputs[0], node.outputs[0]
+    if (node.guards or y in pinned or plan.storage(x) in pinned
+            or any(s != 1 for s in node.attrs["steps"])):
+        return None
+    last_cut = max((d for d, (m, n) in enumerate(zip(y.shape, x.shape)) if m != n), default=0)
+    if math.prod(y.shape[:last_cut]) != 1:
+        return None
+    inner, offset = y.dtype.itemsize, 0
+    for d in reversed(range(len(x.shape))):
+        offset += node.attrs["starts"][d] * inner
+        inner *= x.shape[d]
+    return None if offset % ALIGN else offset
 
 
 class _Arena:
@@ -117,8 +155,11 @@ def plan_memory(graph: Graph) -> MemoryPlan:
         if is_view(n, pinned):
             plan.views[n.outputs[0]] = (n.inputs[0], 0)
             plan.elided.add(n.outputs[0])
-        elif (offsets := concat_slices(n, plan, pinned)) is not None:
-            plan.views.update((v, (n.outputs[0], at)) for v, at in zip(n.inputs, offsets))
+        elif (placed := concat_slices(n, plan, pinned)) is not None:
+            plan.views.update((v, (n.outputs[0], at)) for v, at in placed)
+            plan.elided.add(n.outputs[0])
+        elif (offset := slice_offset(n, plan, pinned)) is not None:
+            plan.views[n.outputs[0]] = (n.inputs[0], offset)
             plan.elided.add(n.outputs[0])
     _assign_arena(graph, plan)
     return plan

@@ -148,3 +148,67 @@ def test_concats_copied_when_their_inputs_are_not_slices_to_write_in_place():
     model = make_model(nodes, [("x", F, (1, 16))], [("y", F, (2, 32))])
     assert [k["op"] for k in cc.compile(model).meta["kernels"]].count("Concat") == 3
     assert_matches(model, {"x": rand(1, 16, seed=8)})
+
+
+def _split_model(channels, hw, batch=1, concat=("r", "b")):
+    """YOLO's C2f: a conv's output split in two channel groups, one convolved again, and
+    the results concatenated (C2f's own concat takes both groups as they are)."""
+    c = channels
+    weights = [("wa", rand(2 * c, c, 1, 1, seed=1)), ("wb", rand(c, c, 3, 3, seed=2)),
+               ("wo", rand(2, len(concat) * c, 1, 1, seed=3))]
+    nodes = [_conv("x", "wa", "a", 1),
+             helper.make_node("Split", ["a"], ["lo", "hi"], axis=1, num_outputs=2),
+             _conv("hi", "wb", "b", 3), helper.make_node("Relu", ["lo"], ["r"]),
+             helper.make_node("Concat", list(concat), ["c"], axis=1),
+             _conv("c", "wo", "y", 1)]
+    shape = (batch, c, hw, hw)
+    return make_model(nodes, [("x", F, shape)], [("y", F, (batch, 2, hw, hw))], weights,
+                      opset=18), shape
+
+
+def test_contiguous_slices_are_views_of_their_input():
+    model, shape = _split_model(channels=16, hw=8)
+    plan = plan_memory(import_model(model))
+    views = {v.name: (plan.views[v][0].name, plan.views[v][1]) for v in plan.views}
+    assert views["lo"] == ("a", 0) and views["hi"] == ("a", 16 * 8 * 8 * 4)
+    art = cc.compile(model)
+    assert "Slice" not in {k["op"] for k in art.meta["kernels"]}
+    assert_matches(model, {"x": rand(*shape, seed=4)})
+
+
+def test_concat_of_a_whole_split_places_the_split_value():
+    model, shape = _split_model(channels=16, hw=8, concat=("lo", "hi", "b"))
+    plan = plan_memory(import_model(model))
+    offsets = {v.name: plan.storage_offset(v) for v in plan.views}
+    group = 16 * 8 * 8 * 4
+    assert offsets["hi"] == (offsets["a"][0], group) and offsets["a"][0].name == "c"
+    assert offsets["a"][1] == 0 and offsets["b"][1] == 2 * group
+    ops = {k["op"] for k in cc.compile(model).meta["kernels"]}
+    assert not ops & {"Slice", "Concat"}
+    assert_matches(model, {"x": rand(*shape, seed=9)})
+    # the halves swapped do not tile the split value in order: the Concat copies
+    model, shape = _split_model(channels=16, hw=8, concat=("hi", "lo", "b"))
+    assert [k["op"] for k in cc.compile(model).meta["kernels"]].count("Concat") == 1
+    assert_matches(model, {"x": rand(*shape, seed=10)})
+
+
+def test_slices_copied_when_not_one_aligned_range_of_the_arena():
+    # 3 channels of 5x5 floats: the second group is not 64-byte aligned; batch 2: two ranges
+    for channels, hw, batch, copies in [(3, 5, 1, 1), (16, 8, 2, 2)]:
+        model, shape = _split_model(channels, hw, batch)
+        art = cc.compile(model)
+        assert [k["op"] for k in art.meta["kernels"]].count("Slice") == copies
+        assert_matches(model, {"x": rand(*shape, seed=5)})
+    # a slice of a graph input is not in the arena; a row segment is one range
+    nodes = [helper.make_node("Slice", ["x", "s0", "e0", "ax"], ["a"]),
+             helper.make_node("Exp", ["x"], ["ex"]),
+             helper.make_node("Slice", ["ex", "s1", "e1", "ax"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    ints = lambda *v: np.array(v, np.int64)  # noqa: E731
+    inits = [("s0", ints(1, 0)), ("e0", ints(2, 32)), ("s1", ints(2, 32)), ("e1", ints(3, 64)),
+             ("ax", ints(0, 1))]
+    model = make_model(nodes, [("x", F, (4, 64))], [("y", F, (1, 32))], inits)
+    plan = plan_memory(import_model(model))
+    assert {v.name: off for v, (_, off) in plan.views.items()} == {"b": (2 * 64 + 32) * 4}
+    assert [k["op"] for k in cc.compile(model).meta["kernels"]].count("Slice") == 1
+    assert_matches(model, {"x": rand(4, 64, seed=6)})
