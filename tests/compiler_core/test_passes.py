@@ -204,9 +204,8 @@ def test_slices_copied_when_not_one_aligned_range_of_the_arena():
              helper.make_node("Exp", ["x"], ["ex"]),
              helper.make_node("Slice", ["ex", "s1", "e1", "ax"], ["b"]),
              helper.make_node("Add", ["a", "b"], ["y"])]
-    ints = lambda *v: np.array(v, np.int64)  # noqa: E731
-    inits = [("s0", ints(1, 0)), ("e0", ints(2, 32)), ("s1", ints(2, 32)), ("e1", ints(3, 64)),
-             ("ax", ints(0, 1))]
+    inits = [(name, np.array(v, np.int64)) for name, v in
+             [("s0", (1, 0)), ("e0", (2, 32)), ("s1", (2, 32)), ("e1", (3, 64)), ("ax", (0, 1))]]
     model = make_model(nodes, [("x", F, (4, 64))], [("y", F, (1, 32))], inits)
     plan = plan_memory(import_model(model))
     assert {v.name: off for v, (_, off) in plan.views.items()} == {"b": (2 * 64 + 32) * 4}
