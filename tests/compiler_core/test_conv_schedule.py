@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 import compiler_core as cc
-from compiler_core.codegen.target_machine import host_spec
+from compiler_core.codegen.target_machine import MachineSpec, host_spec
 from compiler_core.frontend.onnx import import_model
 from compiler_core.kernels import schedule
 from compiler_core.kernels.conv import (ConvSchedule, conv_gemm_shape, conv_space,
@@ -132,6 +132,16 @@ def test_default_split_balances_two_threads(c, oc, hw):
     run = -(-count // 2)
     assert max(sum(items[:run]), sum(items[run:])) <= 0.55 * sum(items), sched
     assert not (sched.split == "rows" and sched.pack and count > 4), sched
+
+
+def test_intel_avx512_cores_get_tiles_of_three_vectors_on_big_planes():
+    avx512 = "+avx,+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl"
+    intel, zen = (MachineSpec("x86_64-unknown-linux-gnu", cpu, avx512)
+                  for cpu in ("sapphirerapids", "znver4"))
+    big, small = (conv_node(conv_model(n=1, c=64, oc=64, hw=hw, k=1)) for hw in (56, 20))
+    assert default_conv_schedule(big, intel).tiles.nr == 48
+    assert default_conv_schedule(big, zen).tiles.nr == 32
+    assert default_conv_schedule(small, intel).tiles.nr == 32  # 400 columns: < 16 tiles
 
 
 def test_convs_with_many_output_channels_pack_their_input():
