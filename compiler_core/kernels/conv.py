@@ -196,7 +196,7 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
     lanes = spec.vector_bits // 32
     tiles = _three_vector_rows(default_tiles(shape, lanes), shape, spec)
     flops = 2 * shape.M * shape.N * shape.K * pieces
-    winograd = winograd_tile_size(node) if winograd_eligible(node) else 0
+    winograd = winograd_tile_size(node, lanes) if winograd_eligible(node) else 0
     if shape.N < SKINNY_COLUMNS or (_channel_vectors_pay(node, shape, lanes)
                                     and not _winograd_first(node, winograd, spec)):
         return skinny_schedule(node, spec, tiles)
@@ -395,19 +395,26 @@ def winograd_eligible(node) -> bool:
             and node.inputs[1].is_const and "skinny_width" not in a)
 
 
-def winograd_tile_size(node) -> int:
+def winograd_tile_size(node, lanes: int) -> int:
     """F(4x4, 3x3) where its tiles are enough and few outputs of edge tiles are thrown
     away; else F(2x2, 3x3) (2.25x fewer multiplies instead of 4x) for small planes on the
     same conditions; 0: the direct conv. The conditions keep the GEMMs' columns filling
     register tiles, and enough channels that the GEMMs dominate the transforms. znver3, 1
     thread, direct -> F(2x2): 256 channels at 10x10 1.58 -> 0.71 ms, 512 at 7x7 3.20 ->
-    1.79 ms; at 14x14 F(4x4) beats F(2x2), 1.37 vs 1.55 ms."""
+    1.79 ms; at 14x14 F(4x4) beats F(2x2), 1.37 vs 1.55 ms.
+
+    F(4x4) also wants two vectors of tiles (its GEMMs' columns): with 16 lanes, one
+    vector of 16 tiles or 25 in two leaves its 36 GEMMs short and their weights (4x the
+    conv's) barely reused. znver4, 1 thread, F(4x4) -> F(2x2): 256 channels at 14x14
+    (16 tiles) 1258 -> 1077 us, 192 at 14x14 723 -> 619, 128 at 20x20 (25 tiles)
+    978 -> 669; from 28x28 (49 tiles) F(4x4) wins, 128 channels 882 vs 1457 us."""
     y = node.outputs[0]
     if min(node.inputs[1].shape[1], y.shape[1]) < WINOGRAD_MIN_CHANNELS:
         return 0
     for m in (4, 2):
         th, tw = (-(-d // m) for d in y.shape[2:])
-        if th * tw >= WINOGRAD_MIN_TILES and th * tw * m * m <= 1.35 * y.shape[2] * y.shape[3]:
+        least = max(WINOGRAD_MIN_TILES, 2 * lanes) if m == 4 else WINOGRAD_MIN_TILES
+        if th * tw >= least and th * tw * m * m <= 1.35 * y.shape[2] * y.shape[3]:
             return m
     return 0
 

@@ -75,12 +75,13 @@ def winograd_layers(model):
     return cc.compile(model).meta["winograd_layers"]
 
 
+# F(4x4) planes have at least 6x6 tiles: two vectors of 16 lanes (winograd_tile_size)
 CASES = {
     "56x56, whole tiles": dict(n=1, c=64, oc=64, hw=56, k=3),
-    "odd plane, partial edge tiles": dict(n=1, c=40, oc=48, hw=15, k=3),
-    "batch of 2 with residual": dict(n=2, c=32, oc=40, hw=20, k=3, residual=True),
-    "no padding": dict(n=1, c=32, oc=32, hw=22, k=3, pad=0),
-    "no activation": dict(n=1, c=48, oc=36, hw=19, k=3, relu=False),
+    "odd plane, partial edge tiles": dict(n=1, c=40, oc=48, hw=23, k=3),
+    "batch of 2 with residual": dict(n=2, c=32, oc=40, hw=24, k=3, residual=True),
+    "no padding": dict(n=1, c=32, oc=32, hw=26, k=3, pad=0),
+    "no activation": dict(n=1, c=48, oc=36, hw=23, k=3, relu=False),
     "13x13 plane, F(2x2)": dict(n=1, c=64, oc=48, hw=13, k=3),
     "13x13 plane with residual, F(2x2)": dict(n=1, c=32, oc=32, hw=13, k=3, residual=True),
 }
@@ -116,10 +117,9 @@ def test_a_heavy_epilogue_runs_in_the_output_transform():
 def test_only_big_stride_1_3x3_convs_use_winograd():
     spec = host_spec()
     assert default_conv_schedule(conv_node(conv_model(1, 64, 64, 56, 3)), spec).winograd == 4
-    assert default_conv_schedule(conv_node(conv_model(1, 256, 256, 14, 3)), spec).winograd == 4
     # 2x2 or 3x3 tiles of 4x4 outputs are too few: tiles of 2x2 outputs
-    assert winograd_tile_size(conv_node(conv_model(1, 512, 512, 7, 3))) == 2
-    assert winograd_tile_size(conv_node(conv_model(1, 256, 256, 10, 3))) == 2
+    assert winograd_tile_size(conv_node(conv_model(1, 512, 512, 7, 3)), 8) == 2
+    assert winograd_tile_size(conv_node(conv_model(1, 256, 256, 10, 3)), 8) == 2
     assert default_conv_schedule(conv_node(conv_model(1, 256, 256, 13, 3)), spec).winograd == 2
     for small in (conv_model(1, 8, 64, 56, 3),            # few input channels
                   conv_model(1, 512, 512, 5, 3),          # 9 tiles even of 2x2 outputs
@@ -127,6 +127,13 @@ def test_only_big_stride_1_3x3_convs_use_winograd():
                   conv_model(1, 64, 64, 56, 1),
                   conv_model(1, 64, 64, 56, 3, group=2)):
         assert default_conv_schedule(conv_node(small), spec).winograd == 0
+
+
+@pytest.mark.parametrize("lanes,winograd", [(8, 4), (16, 2)])
+def test_f4x4_wants_two_vectors_of_tiles(lanes, winograd):
+    """4x4 tiles of 4x4 outputs (14x14) fill two 8-lane vectors but one of 16 lanes."""
+    assert winograd_tile_size(conv_node(conv_model(1, 256, 256, 14, 3)), lanes) == winograd
+    assert winograd_tile_size(conv_node(conv_model(1, 128, 128, 28, 3)), lanes) == 4
 
 
 @pytest.mark.parametrize("target,winograd", [("x86-64-v3", 2), ("x86-64-v4", 0)])
