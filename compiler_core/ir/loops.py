@@ -81,6 +81,11 @@ class Var(Expr):
     dtype: np.dtype = INDEX
 
 
+def row_major_strides(shape) -> list[int]:
+    """Elements between consecutive indices of each dim of a row-major array of `shape`."""
+    return [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
+
+
 @dataclass(eq=False)
 class Buf:
     """A kernel parameter: one tensor, seen as a flat row-major array."""
@@ -90,7 +95,7 @@ class Buf:
 
     @property
     def strides(self) -> tuple[int, ...]:
-        return tuple(int(np.prod(self.shape[i + 1:], dtype=np.int64)) for i in range(len(self.shape)))
+        return tuple(row_major_strides(self.shape))
 
     @property
     def size(self) -> int:

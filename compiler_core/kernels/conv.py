@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.loops import INDEX, Get, as_expr, logical_and, maximum, minimum, select
+from ..ir.loops import (INDEX, Get, as_expr, logical_and, maximum, minimum, row_major_strides,
+                        select)
 from .elementwise import loop_kind
 from .epilogue import apply_activation, is_heavy
 from .matmul import (MAX_MR, SMALL_N, GemmShape, GemmTiles, Operand, Output, default_tiles,
@@ -34,13 +35,9 @@ from .registry import lowering
 from .schedule import default_rule, search_space
 
 
-def grid_strides(shape) -> list[int]:
-    return [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
-
-
 def wide_size(out_spatial, q_spatial) -> int:
     """Columns of the wide output: up to and including the last real output position."""
-    return sum((o - 1) * s for o, s in zip(out_spatial, grid_strides(q_spatial))) + 1
+    return sum((o - 1) * s for o, s in zip(out_spatial, row_major_strides(q_spatial))) + 1
 
 
 # strides whose phases (prod(strides)) exceed this get one bounds-checked nest for all phases
@@ -649,7 +646,7 @@ def _crop(kb, y, wide, q_shape, epilogue, kind):
     """Copy the real outputs out of the wide buffer through the epilogue, one output
     channel of one image per iteration."""
     N, OC, out_spatial = y.shape[0], y.shape[1], y.shape[2:]
-    qstr, ystr = grid_strides(q_shape), grid_strides(out_spatial)
+    qstr, ystr = row_major_strides(q_shape), row_major_strides(out_spatial)
     P = wide.shape[1]
     with kb.loop(N * OC, kind=kind, name="noc") as noc:
         n, oc = noc // OC, noc % OC
@@ -662,9 +659,9 @@ def _crop(kb, y, wide, q_shape, epilogue, kind):
 
 def conv_tap_offsets(in_channels, kernel, dilations, strides, q_shape) -> np.ndarray:
     """koff[k] for k = (ic, tap...) in W's layout: where that tap's window starts in xq."""
-    qstr = grid_strides(q_shape)
+    qstr = row_major_strides(q_shape)
     plane = int(np.prod(q_shape, dtype=np.int64))
-    phases = grid_strides(strides)
+    phases = row_major_strides(strides)
     chan = plane * int(np.prod(strides, dtype=np.int64))
     offs = []
     for ic in range(in_channels):
@@ -719,7 +716,7 @@ def _col2im(kb, y, col, n, oc0, ocg, kernel, attrs, in_spatial):
     strides, dilations, pads = attrs["strides"], attrs["dilations"], attrs["pads_begin"]
     out_spatial = y.shape[2:]
     in_plane = int(np.prod(in_spatial, dtype=np.int64))
-    in_strides = grid_strides(in_spatial)
+    in_strides = row_major_strides(in_spatial)
     for tap_index, tap in enumerate(itertools.product(*[range(k) for k in kernel])):
         lo = [max(0, math.ceil((p - t * d) / s))
               for p, t, d, s in zip(pads, tap, dilations, strides)]

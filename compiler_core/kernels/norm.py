@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.loops import Get, as_expr, binop, broadcast_index, call, cast
+from ..ir.loops import Get, as_expr, binop, broadcast_index, call, cast, row_major_strides
 from .elementwise import loop_kind
 from .registry import lowering
 
@@ -52,7 +52,7 @@ def _standardize_rows(kb, x, y, rows, inner, eps, affine, stats=None):
 
 
 def _row_strides(shape, unit) -> list[int]:
-    return [_flat(shape[i + 1:]) * unit for i in range(len(shape))]
+    return [s * unit for s in row_major_strides(shape)]
 
 
 def _param(buf, index, work):

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.loops import Get, as_expr, binop, call, maximum, select
-from .conv import grid_strides
+from ..ir.loops import Get, as_expr, binop, call, maximum, row_major_strides, select
 from .elementwise import loop_kind
 from .registry import lowering
 
@@ -71,7 +70,7 @@ def _finish_rows(kb, y, rows, wide, n, c, row, q_shape, kind, p, count):
     out_spatial = y.shape[2:]
     if wide is None and kind == "max":
         return
-    qstr = grid_strides(q_shape) if wide is not None else grid_strides(out_spatial)
+    qstr = row_major_strides(q_shape) if wide is not None else row_major_strides(out_spatial)
     with kb.loops(out_spatial) as o:
         src = sum((oi * s for oi, s in zip(o, qstr)), as_expr(0))
         cnt = count[o] if count is not None else None
@@ -88,7 +87,7 @@ def lower_maxpool_indices(node, kb, ins, outs):
     in_spatial, out_spatial = x.shape[2:], y.shape[2:]
     # storage_order 1 numbers spatial positions column-major (first spatial dim fastest)
     column_major = [int(np.prod(in_spatial[:i], dtype=np.int64)) for i in range(len(in_spatial))]
-    pos_strides = grid_strides(in_spatial) if a["storage_order"] == 0 else column_major
+    pos_strides = row_major_strides(in_spatial) if a["storage_order"] == 0 else column_major
     plane = int(np.prod(in_spatial, dtype=np.int64))
     lowest = (-np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min)
     with kb.loops((N, C, *out_spatial)) as idx:

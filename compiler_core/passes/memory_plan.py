@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..ir import Graph, Node, Value
+from ..ir.loops import row_major_strides
 
 ALIGN = 64
 VIEW_OPS = {"Reshape"}
@@ -105,10 +106,8 @@ def slice_offset(node: Node, plan: MemoryPlan, pinned: set[Value]) -> int | None
     last_cut = max((d for d, (m, n) in enumerate(zip(y.shape, x.shape)) if m != n), default=0)
     if math.prod(y.shape[:last_cut]) != 1:
         return None
-    inner, offset = y.dtype.itemsize, 0
-    for d in reversed(range(len(x.shape))):
-        offset += node.attrs["starts"][d] * inner
-        inner *= x.shape[d]
+    first = sum(a * s for a, s in zip(node.attrs["starts"], row_major_strides(x.shape)))
+    offset = first * y.dtype.itemsize
     return None if offset % ALIGN else offset
 
 
