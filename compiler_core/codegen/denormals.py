@@ -15,16 +15,14 @@ from contextlib import contextmanager
 
 from llvmlite import ir
 
-from .lower_kernel import I32, PTR
+from .lower_kernel import I32, PTR, declare
 
 FTZ_DAZ = 0x8040  # MXCSR bit 15 flushes results, bit 6 reads denormal inputs as zero
 
 
-def _intrinsic(module: ir.Module, name: str) -> ir.Function:
-    fn = module.globals.get(name)
-    if fn is None:
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), name=name)
-    return fn
+def _mxcsr(module: ir.Module, op: str) -> ir.Function:
+    """llvm.x86.sse.stmxcsr (store MXCSR to a slot) or ldmxcsr (load it from one)."""
+    return declare(module, f"llvm.x86.sse.{op}mxcsr", ir.VoidType(), [PTR])
 
 
 @contextmanager
@@ -35,13 +33,13 @@ def denormals_as_zero(module: ir.Module, b: ir.IRBuilder, slot_builder: ir.IRBui
         yield
         return
     slot = slot_builder.alloca(I32, name="mxcsr")
-    b.call(_intrinsic(module, "llvm.x86.sse.stmxcsr"), [slot])
+    b.call(_mxcsr(module, "st"), [slot])
     saved = b.load(slot, typ=I32)
     b.store(b.or_(saved, ir.Constant(I32, FTZ_DAZ)), slot)
-    b.call(_intrinsic(module, "llvm.x86.sse.ldmxcsr"), [slot])
+    b.call(_mxcsr(module, "ld"), [slot])
     yield
     b.store(saved, slot)
-    b.call(_intrinsic(module, "llvm.x86.sse.ldmxcsr"), [slot])
+    b.call(_mxcsr(module, "ld"), [slot])
 
 
 def wrap_entry(module: ir.Module, inner: ir.Function, name: str) -> ir.Function:

@@ -46,6 +46,16 @@ def is_unsigned(dtype) -> bool:
     return np.dtype(dtype).kind in "ub"
 
 
+def declare(module: ir.Module, name: str, ret: ir.Type, args: list, *attributes: str) -> ir.Function:
+    """The module's function `name` (an intrinsic, libm, libgomp...), declared on first use."""
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ret, args), name=name)
+        for attribute in attributes:
+            fn.attributes.add(attribute)
+    return fn
+
+
 class RawIndex(L.Expr):
     """An int64 LLVM value standing in the loop IR (loop bounds of outlined parallel loops)."""
     dtype = L.INDEX
@@ -253,10 +263,7 @@ class KernelLowering:
         return self._call(f"llvm.vector.reduce.{name}.{suffix}", a.type.element, [a])
 
     def _call(self, fname, ret, args, fastmath=()):
-        fn = self.module.globals.get(fname)
-        if fn is None:
-            fn = ir.Function(self.module, ir.FunctionType(ret, [x.type for x in args]),
-                             name=fname)
+        fn = declare(self.module, fname, ret, [x.type for x in args])
         return self.b.call(fn, args, fastmath=fastmath)
 
     def e_Select(self, e: L.Select):
@@ -432,10 +439,7 @@ class KernelLowering:
         work = np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
         fname = name if work == np.float64 else name + "f"
         ty = llvm_type(work)
-        fn = self.module.globals.get(fname)
-        if fn is None:
-            fn = ir.Function(self.module, ir.FunctionType(ty, [ty]), name=fname)
-            fn.attributes.add("nounwind")
+        fn = declare(self.module, fname, ty, [ty], "nounwind")
         x = self.b.fpext(a, ty) if dt == np.float16 else a
         r = self.b.call(fn, [x])
         return self.b.fptrunc(r, llvm_type(dt)) if dt == np.float16 else r

@@ -21,7 +21,7 @@ from ..ir import Guard, Value
 from ..ir.loops import Kernel
 from ..passes.memory_plan import MemoryPlan
 from .denormals import wrap_entry
-from .lower_kernel import I8, I32, I64, PTR, lower_kernel, mem_type
+from .lower_kernel import I8, I32, I64, PTR, declare, lower_kernel, mem_type
 from .parallel import threads_global
 
 
@@ -125,8 +125,7 @@ class _Clock:
 
     def __init__(self, module, builder):
         self.b = builder
-        self.fn = module.globals.get("clock_gettime") or ir.Function(
-            module, ir.FunctionType(I32, [I32, PTR]), name="clock_gettime")
+        self.fn = declare(module, "clock_gettime", I32, [I32, PTR])
         self.slot = builder.alloca(self.TIMESPEC)
 
     def now(self) -> ir.Value:

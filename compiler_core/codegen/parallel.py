@@ -12,7 +12,7 @@ from llvmlite import ir
 
 from ..ir import loops as L
 from .denormals import denormals_as_zero
-from .lower_kernel import I32, I64, PTR, KernelLowering, RawIndex
+from .lower_kernel import I32, I64, PTR, KernelLowering, RawIndex, declare
 
 THREADS = "tf_num_threads"
 
@@ -28,14 +28,6 @@ def threads_global(module: ir.Module) -> ir.GlobalVariable:
 
 def uses_openmp(module: ir.Module) -> bool:
     return "GOMP_parallel" in module.globals
-
-
-def _declare(module, name, ret, args):
-    fn = module.globals.get(name)
-    if fn is None:
-        fn = ir.Function(module, ir.FunctionType(ret, args), name=name)
-        fn.attributes.add("nounwind")
-    return fn
 
 
 def _range_function(parent: KernelLowering, s: L.For) -> ir.Function:
@@ -58,14 +50,14 @@ def _trampoline(module, range_fn, nparams: int, start: int, stop: int) -> ir.Fun
     ctx = fn.args[0]
     params = [b.load(b.gep(ctx, [ir.Constant(I64, k)], source_etype=PTR), typ=PTR)
               for k in range(nparams)]
-    tid = b.sext(b.call(_declare(module, "omp_get_thread_num", I32, []), []), I64)
-    nth = b.sext(b.call(_declare(module, "omp_get_num_threads", I32, []), []), I64)
+    tid = b.sext(b.call(declare(module, "omp_get_thread_num", I32, [], "nounwind"), []), I64)
+    nth = b.sext(b.call(declare(module, "omp_get_num_threads", I32, [], "nounwind"), []), I64)
     total = ir.Constant(I64, stop - start)
     chunk = b.sdiv(b.add(total, b.sub(nth, ir.Constant(I64, 1))), nth)
     lo = b.add(ir.Constant(I64, start), b.mul(tid, chunk))
     hi = b.add(lo, chunk)
     hi = b.select(b.icmp_signed("<", hi, ir.Constant(I64, stop)), hi, ir.Constant(I64, stop))
-    entry = ir.IRBuilder(fn.entry_basic_block)
+    entry = ir.IRBuilder()
     entry.position_at_start(fn.entry_basic_block)
     with b.if_then(b.icmp_signed("<", lo, hi)), denormals_as_zero(module, b, entry):
         b.call(range_fn, [*params, lo, hi])
@@ -86,7 +78,8 @@ def lower_parallel_for(parent: KernelLowering, s: L.For) -> None:
             ctx = parent.alloca_builder.alloca(PTR, size=ir.Constant(I32, max(len(params), 1)))
             for k, p in enumerate(params):
                 b.store(p, b.gep(ctx, [ir.Constant(I32, k)], source_etype=PTR))
-            gomp = _declare(module, "GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
+            gomp = declare(module, "GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32],
+                           "nounwind")
             b.call(gomp, [tramp, ctx, nthreads, ir.Constant(I32, 0)])
         with one:
             b.call(range_fn, [*params, ir.Constant(I64, s.start.value),

@@ -223,9 +223,10 @@ def _three_vector_rows(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
     thirds. Sapphire Rapids-class Xeon, 1 thread: ResNet-50's 7x7 stem 1868 -> 1366 us,
     its 256 -> 64 1x1 conv at 56x56 834 -> 742 us. Zen cores keep the 6 x 2 measured there,
     and planes of fewer than 16 such tiles too (the split over threads is decided in tiles)."""
-    nr = 3 * spec.vector_bits // 32
+    lanes = spec.vector_bits // 32
+    nr = 3 * lanes
     if (spec.vector_bits < 512 or spec.cpu.startswith("znver") or tiles.mr < MAX_MR
-            or tiles.nr != 2 * nr // 3 or shape.N < 16 * nr):
+            or tiles.nr != 2 * lanes or shape.N < 16 * nr):
         return tiles
     return dataclasses.replace(tiles, nr=nr, nc=l2_columns(tiles.kc, nr))
 
