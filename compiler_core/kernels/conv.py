@@ -474,6 +474,9 @@ def conv_space(node, spec) -> list[ConvSchedule]:
         for m in WINOGRAD_SIZES:
             out.append(winograd_schedule(node, m, lanes))
             out.append(winograd_schedule(node, m, lanes, phases=not out[-1].winograd_phases))
+            rows, tile_rows = out[-1].tile_rows, -(-node.outputs[0].shape[2] // m)
+            for r in sorted({max(1, rows // 2), min(tile_rows, 2 * rows)} - {rows}):
+                out.append(winograd_schedule(node, m, lanes, tile_rows=r))
             for mr, nr in tile_shapes[:3]:
                 out.append(winograd_schedule(node, m, lanes, tiles=GemmTiles(
                     mr, nr, min(shape.K // 9, 256), 64 * nr)))

@@ -1,15 +1,18 @@
-"""Builder: candidate schedules of one kernel -> one shared library with a kernel each.
+"""Builder: candidate schedules of one kernel -> one shared library with their kernels.
 
 A candidate is the workload's node carrying the candidate schedule, finished by the same
-passes that follow schedule assignment in the real pipeline (weight packing), so the kernel
-built here is the kernel a model compiled with that schedule would call. All candidates of a
-batch go into one KernelLibrary (one LLVM module, one link); when that fails, each is built
-alone so that one bad candidate does not sink the batch.
+passes that follow schedule assignment in the real pipeline (weight packing, Winograd), so
+the kernels built here are the kernels a model compiled with that schedule would call. The
+node's `prologue` (the ConvPad that pads its input in the model) is finished with it: a
+schedule may prepare its input differently (Winograd pads to whole tiles with a ConvPad of
+its own), so every candidate starts from the same unpadded input and is timed with its
+padding. All candidates of a batch go into one KernelLibrary (one LLVM module, one link);
+when that fails, each is built alone so that one bad candidate does not sink the batch.
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..codegen.standalone import KernelLibrary
 from ..codegen.target_machine import MachineSpec
@@ -28,24 +31,31 @@ class BuildTask:
     checked: list[int]     # outputs compared with the reference (the others are scratch)
     threads: int = 1
     weight_dtype: str = "float32"
+    prologue: list = field(default_factory=list)  # nodes computing the node's inputs first
 
 
-def finished_node(task: BuildTask, schedule) -> Node:
-    """The node as the model's build would lower it with this schedule."""
-    node = dataclasses.replace(task.node, schedule=schedule, inputs=list(task.node.inputs),
-                               outputs=list(task.node.outputs), attrs=dict(task.node.attrs))
-    graph = Graph([v for v in node.inputs if v is not None and not v.is_const],
-                  list(node.outputs), [node])
+def _copy(node: Node, **changes) -> Node:
+    return dataclasses.replace(node, inputs=list(node.inputs), outputs=list(node.outputs),
+                               attrs=dict(node.attrs), **changes)
+
+
+def finished_nodes(task: BuildTask, schedule) -> list[Node]:
+    """The prologue and the node as the model's build would lower them with this schedule,
+    in order (the node's own kernel, or what replaced it, last)."""
+    nodes = [_copy(n) for n in task.prologue] + [_copy(task.node, schedule=schedule)]
+    made = {v for n in nodes for v in n.outputs}
+    inputs = list(dict.fromkeys(v for n in nodes for v in n.inputs
+                                if v is not None and not v.is_const and v not in made))
+    graph = Graph(inputs, [task.node.outputs[k] for k in task.checked], nodes)
     for p in split_at_schedules(task.opt_level, task.spec, task.weight_dtype)[1]:
         graph = p(graph)
-    (node,) = add_error_flags(graph).nodes
-    return node
+    return add_error_flags(graph).nodes
 
 
 @dataclass
 class Built:
-    """Per candidate: its finished node, (library, kernel index) and the error that kept it
-    from a kernel (None when built)."""
+    """Per candidate: its finished nodes, one (library, kernel index) per node, and the error
+    that kept it from kernels (None when built)."""
     nodes: list
     libs: list
     errors: list
@@ -55,9 +65,10 @@ def build_batch(task: BuildTask) -> Built:
     nodes, kernels, errors = [], [], []
     for k, s in enumerate(task.schedules):
         try:
-            node = finished_node(task, s)
-            kernels.append(lower_node(node, f"cand{k}_{node.op}", task.spec))
-            nodes.append(node)
+            finished = finished_nodes(task, s)
+            kernels.append([lower_node(n, f"cand{k}_{j}_{n.op}", task.spec)
+                            for j, n in enumerate(finished)])
+            nodes.append(finished)
             errors.append(None)
         except Exception as exc:  # noqa: BLE001  a lowering refusing a candidate fails it alone
             nodes.append(None)
@@ -67,16 +78,22 @@ def build_batch(task: BuildTask) -> Built:
 
 
 def _libraries(kernels: list, spec: MachineSpec, errors: list) -> list:
+    """Per candidate, its kernels' (library, index) list, or None."""
     good = [k for k, kern in enumerate(kernels) if kern is not None]
     try:
-        lib = KernelLibrary([kernels[k] for k in good], spec)
-        return [(lib, good.index(k)) if k in good else None for k in range(len(kernels))]
+        lib = KernelLibrary([kern for k in good for kern in kernels[k]], spec)
+        libs, first = [None] * len(kernels), 0
+        for k in good:
+            libs[k] = [(lib, first + j) for j in range(len(kernels[k]))]
+            first += len(kernels[k])
+        return libs
     except (RuntimeError, OSError):  # LLVM or the linker: find the candidate to blame
         pass
-    libs: list = [None] * len(kernels)
+    libs = [None] * len(kernels)
     for k in good:
         try:
-            libs[k] = (KernelLibrary([kernels[k]], spec), 0)
+            alone = KernelLibrary(kernels[k], spec)
+            libs[k] = [(alone, j) for j in range(len(kernels[k]))]
         except (RuntimeError, OSError) as exc:
             errors[k] = f"build: {type(exc).__name__}: {exc}"
     return libs

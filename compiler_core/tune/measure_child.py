@@ -19,6 +19,7 @@ import json
 import pickle
 import sys
 import time
+import zlib
 
 import numpy as np
 
@@ -30,20 +31,24 @@ def say(**event) -> None:
     print(json.dumps(event), flush=True)
 
 
-def arrays_for(node, rng_seed: int = 0) -> list[np.ndarray]:
-    """Params in kernel order: constants as compiled, other inputs random (the same for every
-    candidate: they share the seed and the non-constant inputs), outputs zeroed."""
+def arrays_for(nodes: list, rng_seed: int = 0) -> dict[str, np.ndarray]:
+    """Every value the candidate's kernels read or write, by name: constants as compiled,
+    the inputs no kernel writes random (the same for every candidate: each is drawn from
+    its name and the seed), the others zeroed."""
     from ..kernels import kernel_params
-    rng = np.random.default_rng(rng_seed)
-    out = []
-    for v in kernel_params(node):
+    made = {v.name for n in nodes for v in n.outputs}
+    arrays: dict[str, np.ndarray] = {}
+    for v in (v for n in nodes for v in kernel_params(n)):
+        if v.name in arrays:
+            continue
         if v.is_const:
-            out.append(np.ascontiguousarray(v.const, dtype=v.dtype).reshape(v.shape))
-        elif v in node.outputs:
-            out.append(np.zeros(v.shape, v.dtype))
+            arrays[v.name] = np.ascontiguousarray(v.const, dtype=v.dtype).reshape(v.shape)
+        elif v.name in made:
+            arrays[v.name] = np.zeros(v.shape, v.dtype)
         else:
-            out.append(_random(rng, v))
-    return out
+            rng = np.random.default_rng([rng_seed, zlib.crc32(v.name.encode())])
+            arrays[v.name] = _random(rng, v)
+    return arrays
 
 
 def _random(rng, v) -> np.ndarray:
@@ -54,9 +59,22 @@ def _random(rng, v) -> np.ndarray:
     return rng.integers(0, 4, v.shape).astype(v.dtype)
 
 
-def outputs_of(node, arrays, checked) -> list[np.ndarray]:
-    first = len(arrays) - len(node.outputs)
-    return [arrays[first + k].copy() for k in checked]
+def outputs_of(task, arrays: dict) -> list[np.ndarray]:
+    return [arrays[task.node.outputs[k].name].copy() for k in task.checked]
+
+
+def bound_call(nodes: list, libs: list, arrays: dict):
+    """A no-argument call running the candidate's kernels in order."""
+    from ..kernels import kernel_params
+    calls = [lib.bind(index, *[arrays[v.name] for v in kernel_params(n)])
+             for n, (lib, index) in zip(nodes, libs)]
+    if len(calls) == 1:
+        return calls[0]
+
+    def call():
+        for c in calls:
+            c()
+    return call
 
 
 def mismatch(got: list, want: list) -> str | None:
@@ -90,16 +108,15 @@ def seconds_per_call(call) -> float:
 
 def measure(task, built) -> None:
     reference, calls = None, {}
-    for k, node in enumerate(built.nodes):
+    for k, nodes in enumerate(built.nodes):
         if built.errors[k]:
             say(done=k, error=built.errors[k])
             continue
         say(start=k)
-        lib, index = built.libs[k]
-        arrays = arrays_for(node)
-        call = lib.bind(index, *arrays)
+        arrays = arrays_for(nodes)
+        call = bound_call(nodes, built.libs[k], arrays)
         call()
-        got = outputs_of(node, arrays, task.checked)
+        got = outputs_of(task, arrays)
         if reference is None:
             reference = got
             wrong = None if k == 0 else "the default schedule failed"
@@ -124,7 +141,7 @@ def main(argv: list[str]) -> int:
         task = pickle.load(f)
     built = build_batch(task)
     say(built=built.errors)
-    libs = {id(lib): lib for lib, _ in filter(None, built.libs)}
+    libs = {id(lib): lib for kernels in filter(None, built.libs) for lib, _ in kernels}
     for lib in libs.values():
         lib.set_threads(task.threads)
     measure(task, built)

@@ -68,6 +68,7 @@ class Workload:
     done: bool = False
     pending: set = field(default_factory=set)  # candidates in flight
     in_flight: int = 0            # batches in flight
+    prologue: list = field(default_factory=list)  # builder.BuildTask.prologue
 
     @property
     def op(self) -> str:
@@ -93,6 +94,7 @@ class Workload:
 def collect_workloads(graph: Graph, spec: MachineSpec,
                       weight_dtype: str = "float32") -> list[Workload]:
     read = {v for n in graph.nodes for v in n.inputs if v is not None} | set(graph.outputs)
+    producers = {v: n for n in graph.nodes for v in n.outputs}
     by_key: dict[str, Workload] = {}
     for n in graph.nodes:
         if not tunable(n):
@@ -100,10 +102,17 @@ def collect_workloads(graph: Graph, spec: MachineSpec,
         key = workload_key(n, weight_dtype)
         if key not in by_key:
             checked = [k for k, v in enumerate(n.outputs) if v in read] or [0]
-            by_key[key] = Workload(key, [], space_of(n, spec), checked, 0.0)
+            by_key[key] = Workload(key, [], space_of(n, spec), checked, 0.0,
+                                   prologue=_prologue(n, producers))
         by_key[key].nodes.append(n)
         by_key[key].guess += _guess(n)
     return list(by_key.values())
+
+
+def _prologue(n: Node, producers: dict) -> list[Node]:
+    """The ConvPad that pads a conv's input, which a Winograd candidate replaces by its own."""
+    pad = producers.get(n.inputs[0]) if n.op == "Conv" else None
+    return [pad] if pad is not None and pad.op == "ConvPad" else []
 
 
 def _guess(n: Node) -> float:
@@ -279,7 +288,7 @@ class Tuner:
         w.pending.update([w.space[0]] + batch if fresh else batch)
         w.in_flight += 1
         task = BuildTask(w.nodes[0], [w.space[0]] + batch, self.spec, self.opt_level,
-                         w.checked, self.request.threads, self.weight_dtype)
+                         w.checked, self.request.threads, self.weight_dtype, w.prologue)
         return w, task, fresh
 
     def _measure(self, run: Callable, task: BuildTask) -> tuple[list, bool]:
@@ -324,8 +333,8 @@ class Tuner:
             best = w.best
             if w.source != "tuned" or best is None or best.schedule in confirmed | {w.space[0]}:
                 return
-            task = BuildTask(w.nodes[0], [w.space[0], best.schedule], self.spec,
-                             self.opt_level, w.checked, self.request.threads, self.weight_dtype)
+            task = BuildTask(w.nodes[0], [w.space[0], best.schedule], self.spec, self.opt_level,
+                             w.checked, self.request.threads, self.weight_dtype, w.prologue)
             with self._local:
                 measured = self.run_batch(task)
             for m in measured:

@@ -4,14 +4,20 @@ chosen, and tuning goes on to the fastest correct candidate."""
 import functools
 
 import numpy as np
+from onnx import helper
 
 from compiler_core.codegen.target_machine import host_spec
+from compiler_core.frontend.onnx import import_model
 from compiler_core.ir import Graph, Node, Value
+from compiler_core.kernels.conv import winograd_schedule
 from compiler_core.passes.assign_schedules import assign_schedules_for
+from compiler_core.passes.pipeline import split_at_schedules
 from compiler_core.tune import RecordStore, Tuner, TuningRequest
 from compiler_core.tune.builder import BuildTask
 from compiler_core.tune.runner import run_batch
+from compiler_core.tune.tuner import collect_workloads
 
+from .helpers import make_model, rand
 from .tune_probe_kernels import OP, ProbeSchedule
 
 FAST_LIMITS = {"candidate_seconds": 3.0, "build_seconds": 60.0}
@@ -63,3 +69,33 @@ def test_records_make_a_second_tuning_measure_nothing(tmp_path):
     graph = again(probe_graph())
     assert graph.nodes[0].schedule == ProbeSchedule("fast")
     assert again.summary()["trials"] == 0 and again.summary()["reused"] == 1
+
+
+def padded_conv_graph(channels: int = 16, size: int = 12) -> Graph:
+    """A 3x3 conv with padding, after the passes up to schedule assignment: its input is
+    a ConvPad's output, which Winograd replaces by a padding of its own."""
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])],
+        [("x", np.float32, [1, channels, size, size])], [("y", np.float32, None)],
+        [("w", rand(channels, channels, 3, 3, seed=1)), ("b", rand(channels, seed=2))])
+    graph = import_model(model)
+    for p in split_at_schedules(3, host_spec())[0]:
+        graph = p(graph)
+    return graph
+
+
+def test_winograd_and_direct_candidates_of_a_padded_conv_are_measured_alike():
+    """Each candidate is built from the conv's ConvPad on: the direct conv reads the padded
+    planes, Winograd pads to whole tiles itself; both see the same input, and agree."""
+    workload = next(w for w in collect_workloads(padded_conv_graph(), host_spec())
+                    if w.op == "Conv")
+    assert [n.op for n in workload.prologue] == ["ConvPad"]
+    lanes = host_spec().vector_bits // 32
+    node = workload.nodes[0]
+    direct = next(s for s in workload.space if not s.winograd)
+    schedules = [workload.space[0], direct, winograd_schedule(node, 2, lanes),
+                 winograd_schedule(node, 4, lanes)]
+    task = BuildTask(node, schedules, host_spec(), 3, workload.checked,
+                     prologue=workload.prologue)
+    measured = run_batch(task, **FAST_LIMITS)
+    assert [m.error for m in measured] == [None] * 4
