@@ -30,6 +30,12 @@ def build_module(kernels: list[Kernel], triple: str) -> ir.Module:
     return module
 
 
+def build_library(kernels: list[Kernel], spec: MachineSpec, opt_level: int, path: Path) -> None:
+    module = build_module(kernels, spec.triple)
+    obj = emit_object(str(module), spec, opt_level)
+    link_shared(obj, b"", path.parent / f"{path.stem}-build", path, uses_openmp(module))
+
+
 def _export(module, fn, nparams, name) -> None:
     wrapper = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), name=name)
     b = ir.IRBuilder(wrapper.append_basic_block("entry"))
@@ -43,14 +49,14 @@ def _export(module, fn, nparams, name) -> None:
 class KernelLibrary:
     """`lib(k, *arrays)` runs kernel k; arrays must match its params' dtypes and sizes."""
 
-    def __init__(self, kernels: list[Kernel], spec: MachineSpec | None = None, opt_level=3):
-        spec = spec or host_spec()
+    def __init__(self, kernels: list[Kernel], spec: MachineSpec | None = None, opt_level=3,
+                 built: Path | None = None):
+        """`built`: the library build_library already made of these kernels."""
         self.kernels = kernels
-        module = build_module(kernels, spec.triple)
-        obj = emit_object(str(module), spec, opt_level)
         self._tmp = tempfile.TemporaryDirectory(prefix="tensorforge-kernels-")
-        path = Path(self._tmp.name) / "kernels.so"
-        link_shared(obj, b"", Path(self._tmp.name) / "build", path, uses_openmp(module))
+        path = built or Path(self._tmp.name) / "kernels.so"
+        if built is None:
+            build_library(kernels, spec or host_spec(), opt_level, path)
         self._lib = ctypes.CDLL(str(path))
         self._lib.tf_set_num_threads.argtypes = [ctypes.c_int]
 

@@ -12,9 +12,12 @@ when that fails, each is built alone so that one bad candidate does not sink the
 from __future__ import annotations
 
 import dataclasses
+import os
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from ..codegen.standalone import KernelLibrary
+from ..codegen.standalone import KernelLibrary, build_library
 from ..codegen.target_machine import MachineSpec
 from ..ir import Graph, Node
 from ..kernels import add_error_flags, lower_node
@@ -78,19 +81,55 @@ def build_batch(task: BuildTask) -> Built:
 
 
 def _libraries(kernels: list, spec: MachineSpec, errors: list) -> list:
-    """Per candidate, its kernels' (library, index) list, or None."""
+    """Per candidate, its kernels' (library, index) list, or None. Half the candidates are
+    built in a forked process meanwhile (LLVM holds a lock: threads would take turns)."""
     good = [k for k, kern in enumerate(kernels) if kern is not None]
+    libs: list = [None] * len(kernels)
+    with tempfile.TemporaryDirectory(prefix="tensorforge-batch-") as tmp:
+        apart, here = good[:len(good) // 2], good[len(good) // 2:]
+        path = Path(tmp) / "apart.so"
+        pid = _fork(lambda: build_library(_flat(kernels, apart), spec, 3, path)) if apart else 0
+        libs_here = _library(kernels, here, spec, errors)
+        built = pid and os.waitpid(pid, 0)[1] == 0
+        for k, got in {**_library(kernels, apart, spec, errors, path if built else None),
+                       **libs_here}.items():
+            libs[k] = got
+    return libs
+
+
+def _fork(build) -> int:
+    pid = os.fork()
+    if pid == 0:  # the child builds and leaves at once, whatever happens
+        code = 1
+        try:
+            build()
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _flat(kernels: list, share: list[int]) -> list:
+    return [kern for k in share for kern in kernels[k]]
+
+
+def _library(kernels: list, share: list[int], spec: MachineSpec, errors: list,
+             built: Path | None = None) -> dict:
+    """{candidate: its kernels' (library, index) list} for the candidates in `share`: one
+    library for all (`built` already, if given), else one each to find the one to blame."""
+    if not share:
+        return {}
     try:
-        lib = KernelLibrary([kern for k in good for kern in kernels[k]], spec)
-        libs, first = [None] * len(kernels), 0
-        for k in good:
+        lib = KernelLibrary(_flat(kernels, share), spec, built=built)
+        libs, first = {}, 0
+        for k in share:
             libs[k] = [(lib, first + j) for j in range(len(kernels[k]))]
             first += len(kernels[k])
         return libs
-    except (RuntimeError, OSError):  # LLVM or the linker: find the candidate to blame
+    except (RuntimeError, OSError):  # LLVM or the linker
         pass
-    libs = [None] * len(kernels)
-    for k in good:
+    libs = {}
+    for k in share:
         try:
             alone = KernelLibrary(kernels[k], spec)
             libs[k] = [(alone, j) for j in range(len(kernels[k]))]

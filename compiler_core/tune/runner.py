@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import selectors
+import signal
 import subprocess
 import sys
 import tempfile
@@ -72,10 +73,17 @@ def _one_child(task: BuildTask, candidate_seconds: float, build_seconds: float) 
             try:
                 return _follow(proc, task, candidate_seconds, build_seconds, err_path)
             finally:
-                if proc.poll() is None:
-                    proc.kill()
+                _kill_group(proc)
                 proc.wait()
                 proc.stdout.close()
+
+
+def _kill_group(proc) -> None:
+    """The child and the builder it may have forked (its own session: the group is theirs)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _command(task: BuildTask, path: Path) -> list[str]:
