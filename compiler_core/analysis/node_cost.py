@@ -136,10 +136,7 @@ def _packed_gemm(node: Node) -> int:
 
 
 def _window_pool(node: Node) -> int:
-    """WindowPool's second input holds one offset per kernel tap."""
-    if "kernel_shape" in node.attrs:
-        return _out(node) * int(np.prod(node.attrs["kernel_shape"], dtype=np.int64))
-    return _out(node) * node.inputs[1].size
+    return _out(node) * int(np.prod(node.attrs["kernel_shape"], dtype=np.int64))
 
 
 def _recurrent(node: Node) -> int:
@@ -162,7 +159,7 @@ def _fused(node: Node) -> int:
 
 FLOP_RULES = {"Conv": _conv, "WinogradConv": _winograd_conv, "ConvTranspose": _conv_transpose,
               "MatMul": _matmul, "Gemm": _gemm, "PackedGemm": _packed_gemm,
-              "SparseGemm": _sparse_gemm, "WindowPool": _window_pool,
+              "SparseGemm": _sparse_gemm, "RowPool": _window_pool,
               "MaxPoolWithIndices": _window_pool,
               "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent, "Einsum": _einsum,
               "Fused": _fused}

@@ -154,6 +154,35 @@ def test_pool(op, attrs):
     _check(op, [("x", rand(2, 3, 11, 10))], attrs, opset=18)
 
 
+# RowPool's rows are long enough for whole vectors and a remainder, at strides 2 and 3
+ROW_POOL_CASES = [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [3, 3], "pads": [2, 0, 1, 2]}),
+    ("MaxPool", {"kernel_shape": [2, 4], "strides": [3, 2], "pads": [1, 3, 0, 1], "ceil_mode": 1}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 3], "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 2, 1],
+                     "ceil_mode": 1}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [3, 2], "pads": [1, 0, 2, 1],
+                     "ceil_mode": 1, "count_include_pad": 1}),
+    ("LpPool", {"kernel_shape": [3, 2], "strides": [2, 3], "pads": [1, 1, 1, 1], "p": 3}),
+]
+
+
+@pytest.mark.parametrize("op,attrs", ROW_POOL_CASES)
+def test_row_pool(op, attrs):
+    _check(op, [("x", rand(2, 3, 37, 45))], attrs, opset=19)
+
+
+def test_max_pool_int8_and_nan():
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    x = (rand(1, 2, 21, 35, seed=4) * 127).astype(np.int8)
+    _check("MaxPool", [("x", x)], attrs, opset=12)
+    x = rand(1, 1, 21, 35)
+    x[0, 0, 5, 7] = np.nan  # in the windows of outputs (2..3, 3..4): NaN propagates
+    y = cc.compile(_model("MaxPool", [("x", x)], attrs, opset=12)).run({"x": x})["y"][0, 0]
+    assert np.isnan(y[2:4, 3:5]).all() and np.isnan(y).sum() == 4
+
+
 @pytest.mark.parametrize("storage_order", [0, 1])
 def test_maxpool_indices(storage_order):
     attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],

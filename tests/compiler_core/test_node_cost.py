@@ -73,7 +73,7 @@ def test_per_element_ops(op, per_element):
 def test_pools_count_taps_and_reductions_count_inputs():
     pool = only_kernel(make_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3],
                                                     strides=[1, 1])],
-                                  [("x", F32, (1, 2, 6, 6))], [("y", F32, None)]), "WindowPool")
+                                  [("x", F32, (1, 2, 6, 6))], [("y", F32, None)]), "RowPool")
     assert pool["flops"] == 2 * 4 * 4 * 9
     node = Node("ReduceMean", [v("x", 4, 10)], [v("y", 4, 1)], {})
     assert node_cost(node).flops == 40

@@ -2,7 +2,8 @@
 
 Convolutions are prepared here so their kernels stay simple (see kernels/conv.py): the
 input is padded and split into stride phases by a `ConvPad` node, and the constant table
-of tap offsets into that buffer is computed once at compile time.
+of tap offsets into that buffer is computed once at compile time. Pools read their input
+as it is (RowPool, kernels/pool.py).
 """
 from __future__ import annotations
 
@@ -186,27 +187,22 @@ def _pool(cx, inputs, kind: str, p: float = 2):
         attrs = {"kernel_shape": kernel, "strides": strides, "dilations": dilations,
                  "pads_begin": pb, "storage_order": int(cx.attr("storage_order", 0))}
         return cx.emit("MaxPoolWithIndices", [x], [(y_shape, x.dtype), (y_shape, np.int64)], attrs)
-    # ceil_mode windows may run past the declared end padding: pad further (never counted)
-    reach = [max(e, (o - 1) * s + (k - 1) * d + 1 - n - b)
-             for e, o, s, k, d, n, b in zip(pe, out, strides, kernel, dilations, x.shape[2:], pb)]
-    xq = conv_input(cx, x, strides, pb, reach, _lowest(x.dtype) if kind == "max" else 0.0)
-    q_shape = xq.shape[-rank:]
-    taps = cx.const(conv_tap_offsets(1, kernel, dilations, strides, q_shape), "pool_taps")
-    ins = [xq, taps]
+    attrs = {"kind": kind, "p": p, "kernel_shape": kernel, "strides": strides,
+             "dilations": dilations, "pads_begin": pb}
+    outs = [(y_shape, x.dtype), ((x.shape[0] * x.shape[1], _pool_row_width(
+        x.shape[-1], out[-1], kernel[-1], strides[-1], dilations[-1], pb[-1])), x.dtype)]
+    ins = [x]
     if kind == "avg":
         include = bool(cx.attr("count_include_pad", 0))
         ins.append(cx.const(_window_counts(x.shape[2:], out, kernel, strides, dilations, pb, pe,
                                            include).astype(x.dtype), "pool_counts"))
-    outs = [(y_shape, x.dtype)]
-    P = wide_size(out, q_shape)
-    if P != int(np.prod(out)):
-        outs.append(((x.shape[0] * x.shape[1], P), x.dtype))  # wide rows, per image
-    names = [cx.node.output[0], "pool_wide"][:len(outs)]
-    return cx.emit("WindowPool", ins, outs, {"kind": kind, "p": p}, names)[:1]
+    return cx.emit("RowPool", ins, outs, attrs, [cx.node.output[0], "pool_row"])[:1]
 
 
-def _lowest(dtype):
-    return float("-inf") if np.dtype(dtype).kind == "f" else int(np.iinfo(dtype).min)
+def _pool_row_width(n, out, k, s, d, pad_begin) -> int:
+    """RowPool's row buffer (kernels/pool.py): the begin padding, the input's columns, and
+    as much end padding as the last window reaches (ceil_mode may reach past `pads`)."""
+    return max(pad_begin + n, (out - 1) * s + (k - 1) * d + 1)
 
 
 def _window_counts(in_spatial, out, kernel, strides, dilations, pb, pe, include_pad):
