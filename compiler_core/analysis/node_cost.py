@@ -1,8 +1,8 @@
 """How much work a graph node does: floating-point operations and bytes moved.
 
 FLOPs count a multiply-add as 2, as GFLOP/s figures (and numpy's sgemm peak) do:
-* Conv: 2 * output elements * (input channels / group) * kernel taps (strides and dilations
-  only change the output size); ConvTranspose: 2 * input elements * (OC / group) * taps;
+* Conv (and DepthwiseConv, one input channel per group): 2 * output elements * (input
+  channels / group) * kernel taps (strides and dilations only change the output size); ConvTranspose: 2 * input elements * (OC / group) * taps;
   bias, a fused residual add and a fused activation add one per output element each.
 * MatMul: 2 * M * N * K per batch entry; Gemm the same plus one per element for C;
   PackedGemm (a MatMul/Gemm with constant weights) the same plus its fused epilogue.
@@ -106,6 +106,11 @@ def _winograd_conv(node: Node) -> int:
     return _conv(node, (2, 3))
 
 
+def _depthwise_conv(node: Node) -> int:
+    """inputs: x, w, bias, residual."""
+    return _conv(node, (2, 3))
+
+
 def _sparse_gemm(node: Node) -> int:
     """The multiply-adds it does: each row of A times the stored (nonzero-block) weights."""
     a, values = node.inputs[0], node.inputs[1]
@@ -157,7 +162,8 @@ def _fused(node: Node) -> int:
     return len(node.attrs["program"]) * _out(node)
 
 
-FLOP_RULES = {"Conv": _conv, "WinogradConv": _winograd_conv, "ConvTranspose": _conv_transpose,
+FLOP_RULES = {"Conv": _conv, "DepthwiseConv": _depthwise_conv, "WinogradConv": _winograd_conv,
+              "ConvTranspose": _conv_transpose,
               "MatMul": _matmul, "Gemm": _gemm, "PackedGemm": _packed_gemm,
               "SparseGemm": _sparse_gemm, "RowPool": _window_pool,
               "MaxPoolWithIndices": _window_pool,

@@ -1,6 +1,8 @@
 """Loop-nest IR (ir/loops.py) -> one LLVM function per kernel, through llvmlite.ir."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from llvmlite import ir
 
@@ -223,13 +225,35 @@ class KernelLowering:
         return self._load(e.buf, e.index, 1)
 
     def e_VLoad(self, e: L.VLoad):
+        if e.shift:
+            return self._shifted(self.e_VLoad(dataclasses.replace(e, shift=0)), e.shift)
+        if e.stride > 1:
+            return self._strided_load(e)
         if e.valid is None:
             return self._load(e.buf, e.index, e.lanes)
-        ty = mem_type(e.buf.dtype, e.lanes)
-        val = self._call(f"llvm.masked.load.{_mem_suffix(e.buf.dtype, e.lanes)}.p0", ty,
-                         [self.address(e.buf, e.index), ir.Constant(I32, e.buf.dtype.itemsize),
-                          _lane_mask(e.lanes, e.valid), ir.Constant(ty, None)])
-        return self.b.trunc(val, llvm_type(np.bool_, e.lanes)) if e.buf.dtype == np.bool_ else val
+        return self._masked_load(e.buf, e.index, e.lanes, e.valid)
+
+    def _shifted(self, val, shift: int):
+        """val's lanes moved up by `shift`, zeros in the lanes below."""
+        lanes = val.type.count
+        picks = [lanes if k < shift else k - shift for k in range(lanes)]
+        return self.b.shuffle_vector(val, ir.Constant(val.type, None),
+                                     ir.Constant(ir.VectorType(I32, lanes), picks))
+
+    def _masked_load(self, buf, index, lanes, valid):
+        ty = mem_type(buf.dtype, lanes)
+        val = self._call(f"llvm.masked.load.{_mem_suffix(buf.dtype, lanes)}.p0", ty,
+                         [self.address(buf, index), ir.Constant(I32, buf.dtype.itemsize),
+                          _lane_mask(lanes, valid), ir.Constant(ty, None)])
+        return self.b.trunc(val, llvm_type(np.bool_, lanes)) if buf.dtype == np.bool_ else val
+
+    def _strided_load(self, e: L.VLoad):
+        """The run of lanes * stride elements up to the last one a lane takes (a masked
+        load), then its every stride-th element."""
+        run = e.lanes * e.stride
+        val = self._masked_load(e.buf, e.index, run, ((e.valid or e.lanes) - 1) * e.stride + 1)
+        picks = ir.Constant(ir.VectorType(I32, e.lanes), [k * e.stride for k in range(e.lanes)])
+        return self.b.shuffle_vector(val, ir.Constant(val.type, None), picks)
 
     def e_Extract(self, e: L.Extract):
         return self.b.extract_element(self.expr(e.a), ir.Constant(I32, e.lane))

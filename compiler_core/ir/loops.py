@@ -116,12 +116,18 @@ class Buf:
     def flat(self, i) -> Expr:
         return Load(self, as_expr(i))
 
-    def vec(self, i, lanes: int, valid: int | None = None) -> Expr:
-        """Elements i .. i + lanes - 1 as one vector (a scalar load when lanes is 1); with
-        `valid`, only the first `valid` elements are read and the other lanes are 0."""
+    def vec(self, i, lanes: int, valid: int | None = None, stride: int = 1,
+            first: int = 0) -> Expr:
+        """Elements i, i + stride, ... (`lanes` of them) as one vector (a scalar load when
+        lanes is 1); with `valid` and `first`, only lanes first .. valid - 1 are read and
+        the other lanes are 0."""
         if lanes == 1:
             return Load(self, as_expr(i))
-        return VLoad(self, as_expr(i), lanes, None if valid is None or valid >= lanes else valid)
+        valid = None if valid is None or valid >= lanes else valid
+        if first:
+            return VLoad(self, as_expr(i) + first * stride, lanes, (valid or lanes) - first,
+                         stride, first)
+        return VLoad(self, as_expr(i), lanes, valid, stride)
 
     __hash__ = object.__hash__
 
@@ -217,11 +223,17 @@ class Bitcast(Expr):
 @dataclass(eq=False)
 class VLoad(Expr):
     """`lanes` consecutive elements of `buf` from flat `index` on; with `valid` < lanes only
-    the first `valid` are read (a masked load: the rest may lie past the buffer's end)."""
+    the first `valid` are read (a masked load: the rest may lie past the buffer's end).
+    With `stride` s > 1, the elements index, index + s, ...: whole vectors of the run
+    loaded and shuffled, never reading past the last element a lane takes. With `shift`,
+    the vector moves up by that many lanes (zeros below): Buf.vec's lanes from `first` on,
+    loaded from their first element so that no address lies before it."""
     buf: "Buf"
     index: Expr
     lanes: int
     valid: int | None = None
+    stride: int = 1
+    shift: int = 0
 
     @property
     def dtype(self):

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..ir import Graph, Node, Value, covering
 
-FOLDS_INTO = {"Conv", "Gemm"}
+FOLDS_INTO = {"Conv", "DepthwiseConv", "Gemm"}
 AFFINE_OPS = {"BatchNormalization", "Mul", "Add", "Sub", "Div"}
 
 
@@ -105,7 +105,7 @@ def _per_channel(v: Value, y: Value, channels: int) -> np.ndarray | None:
 
 def _scaled(producer: Node, a: np.ndarray, c: np.ndarray, out: Value) -> Node | None:
     """The producer rewritten to compute y * a + c and write `out`."""
-    if producer.op == "Conv":
+    if producer.op in ("Conv", "DepthwiseConv"):
         return _scaled_conv(producer, a, c, out)
     return _scaled_gemm(producer, a, c, out)
 

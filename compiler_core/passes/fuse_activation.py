@@ -1,8 +1,8 @@
-"""Fuse what follows a Conv/Gemm into the producer's store: a residual Add (Conv only) and
+"""Fuse what follows a Conv/Gemm into the producer's store: a residual Add (convs only) and
 then an activation, when each is the only reader of the value before it.
 
     Conv -> Add(·, r) -> Relu   becomes   Conv(..., residual=r, activation="Relu")
-The residual becomes the Conv's fifth input and the fused node takes the Add's place in
+The residual becomes the Conv's fifth input (DepthwiseConv's fourth) and the fused node takes the Add's place in
 the node order (so r is always computed by then); the activation costs no extra pass over
 memory either (kernels/epilogue.apply_activation). Relu is fused early (fuse_activation);
 any other elementwise chain over the result and scalar constants once operator fusion has
@@ -13,7 +13,9 @@ from __future__ import annotations
 from ..ir import Graph, Node, Value, covering
 from ..kernels.elementwise import SCALAR
 
-PRODUCERS = {"Conv", "Gemm", "PackedGemm"}
+PRODUCERS = {"Conv", "DepthwiseConv", "Gemm", "PackedGemm"}
+# where a fused residual goes in each conv's inputs (Conv's fourth is its tap offsets)
+RESIDUAL_INPUT = {"Conv": 4, "DepthwiseConv": 3}
 # the kernels whose stores go through kernels/epilogue.apply_activation
 EPILOGUE_PRODUCERS = PRODUCERS | {"SparseGemm", "WinogradConv"}
 ACTIVATIONS = {"Relu"}
@@ -32,7 +34,8 @@ def _fuse_residual(graph: Graph) -> Graph:
     replaced: dict[Node, Node] = {}  # Add -> fused Conv
     absorbed: set[Node] = set()  # the original Convs
     for n in graph.nodes:
-        if n.op != "Conv" or n.guards or n.attrs.get("activation") or len(n.inputs) > 4:
+        at = RESIDUAL_INPUT.get(n.op)
+        if at is None or n.guards or n.attrs.get("activation") or len(n.inputs) > at:
             continue
         y = n.outputs[0]
         readers = uses.get(y, [])
@@ -42,7 +45,7 @@ def _fuse_residual(graph: Graph) -> Graph:
         other = _other_operand(add, y)
         if other is None or add in replaced:  # Add(conv1, conv2): fuse one of them
             continue
-        inputs = list(n.inputs) + [None] * (4 - len(n.inputs)) + [other]
+        inputs = list(n.inputs) + [None] * (at - len(n.inputs)) + [other]
         replaced[add] = Node(n.op, inputs, [add.outputs[0], *n.outputs[1:]], dict(n.attrs),
                              n.name, sources=covering(n, add))
         absorbed.add(n)

@@ -1,0 +1,100 @@
+"""Depthwise convs (group == channels) take the direct kernel (kernels/depthwise.py): against
+ONNX Runtime, with BatchNorm folded and bias, activation and residual fused into it."""
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import compiler_core as cc
+
+from .helpers import assert_matches, make_model, rand
+
+F = np.float32
+
+
+def _model(c, h, w, k, stride, conv_attrs, after=(), bias=True, residual=False):
+    """x -> depthwise Conv [-> Add(r)] -> each op of `after` in turn."""
+    attrs = dict(group=c, strides=[stride, stride], kernel_shape=[k, k], **conv_attrs)
+    nodes = [helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["t0"], **attrs)]
+    inits = [("w", rand(c, 1, k, k, seed=1))] + ([("b", rand(c, seed=2))] if bias else [])
+    if residual:
+        nodes.append(helper.make_node("Add", ["t0", "r"], ["t1"]))
+    for op in after:
+        nodes.append(helper.make_node(op, [nodes[-1].output[0]], [f"t{len(nodes)}"]))
+    out_shape = _conv_shape(nodes[0], (1, c, h, w), inits)
+    inputs = [("x", F, (1, c, h, w))] + ([("r", F, out_shape)] if residual else [])
+    return make_model(nodes, inputs, [(nodes[-1].output[0], F, out_shape)], inits), out_shape
+
+
+def _conv_shape(conv, x_shape, inits):
+    m = make_model([conv], [("x", F, x_shape)], [("t0", F, None)], inits)
+    out = onnx.shape_inference.infer_shapes(m).graph.output[0]
+    return tuple(d.dim_value for d in out.type.tensor_type.shape.dim)
+
+
+def _check(c, h, w, k, stride, conv_attrs, **kw):
+    model, out_shape = _model(c, h, w, k, stride, conv_attrs, **kw)
+    feeds = {"x": rand(1, c, h, w)}
+    if kw.get("residual"):
+        feeds["r"] = rand(*out_shape, seed=3)
+    assert_matches(model, feeds)
+    return model
+
+
+# (channels, height, width, kernel, stride, pads or auto_pad)
+CASES = [
+    (4, 9, 9, 3, 1, {"pads": [1, 1, 1, 1]}),
+    (4, 10, 10, 3, 2, {"pads": [1, 1, 1, 1]}),
+    (3, 7, 7, 5, 1, {"pads": [2, 2, 2, 2]}),
+    (3, 7, 7, 5, 2, {"pads": [2, 2, 2, 2]}),
+    (5, 3, 3, 5, 1, {"pads": [2, 2, 2, 2]}),             # plane smaller than the kernel
+    (2, 23, 37, 3, 2, {"pads": [0, 1, 1, 0]}),           # asymmetric pads, odd sizes
+    (2, 24, 36, 5, 2, {"auto_pad": "SAME_UPPER"}),
+    (2, 2, 5, 5, 1, {"pads": [3, 1, 0, 4]}),             # rows of padding only
+    (3, 40, 70, 3, 1, {"pads": [1, 1, 1, 1]}),           # several whole vectors per row
+    (3, 41, 75, 5, 2, {"pads": [1, 2, 2, 1]}),
+    (2, 12, 12, 3, 1, {}),                               # no padding
+    (2, 1, 1, 3, 1, {"pads": [1, 1, 1, 1]}),
+]
+
+
+@pytest.mark.parametrize("c,h,w,k,stride,pads", CASES)
+def test_depthwise_conv(c, h, w, k, stride, pads):
+    _check(c, h, w, k, stride, pads, after=("Relu",))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_depthwise_conv_with_residual_and_hardswish(bias):
+    _check(3, 20, 19, 3, 1, {"pads": [1, 1, 1, 1]}, after=("HardSwish",), bias=bias,
+           residual=True)
+
+
+def test_depthwise_conv_with_sigmoid_and_stride_2():
+    _check(3, 29, 30, 5, 2, {"pads": [2, 2, 2, 2]}, after=("Sigmoid",))
+
+
+def test_batchnorm_and_activation_fold_into_the_depthwise_kernel():
+    c = 6
+    conv = helper.make_node("Conv", ["x", "w"], ["c"], group=c, kernel_shape=[3, 3],
+                            pads=[1, 1, 1, 1])
+    bn = helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"])
+    act = helper.make_node("HardSwish", ["n"], ["y"])
+    inits = [("w", rand(c, 1, 3, 3)), ("s", rand(c, seed=1, low=0.5)), ("bb", rand(c, seed=2)),
+             ("m", rand(c, seed=3)), ("v", rand(c, seed=4, low=0.5))]
+    model = make_model([conv, bn, act], [("x", F, (1, c, 16, 16))], [("y", F, None)], inits)
+    assert_matches(model, {"x": rand(1, c, 16, 16)})
+    kernels = cc.compile(model).meta["kernels"]
+    assert [k["op"] for k in kernels] == ["DepthwiseConv"]
+    assert len(kernels[0]["onnx_nodes"]) == 3
+    plane = 16 * 16
+    assert kernels[0]["flops"] == c * plane * (2 * 9 + 2)  # taps, then bias and HardSwish
+
+
+def test_grouped_conv_with_two_channels_per_group_keeps_the_generic_path():
+    c = 4
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], group=c, kernel_shape=[3, 3],
+                            pads=[1, 1, 1, 1])
+    model = make_model([conv], [("x", F, (1, c, 9, 9))], [("y", F, None)],
+                       [("w", rand(2 * c, 1, 3, 3))])
+    assert_matches(model, {"x": rand(1, c, 9, 9)})
+    assert "DepthwiseConv" not in {k["op"] for k in cc.compile(model).meta["kernels"]}
