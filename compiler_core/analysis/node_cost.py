@@ -2,7 +2,8 @@
 
 FLOPs count a multiply-add as 2, as GFLOP/s figures (and numpy's sgemm peak) do:
 * Conv (and DepthwiseConv, one input channel per group): 2 * output elements * (input
-  channels / group) * kernel taps (strides and dilations only change the output size); ConvTranspose: 2 * input elements * (OC / group) * taps;
+  channels / group) * kernel taps (strides and dilations only change the output size);
+  ConvTranspose: 2 * input elements * (OC / group) * taps;
   bias, a fused residual add and a fused activation add one per output element each.
 * MatMul: 2 * M * N * K per batch entry; Gemm the same plus one per element for C;
   PackedGemm (a MatMul/Gemm with constant weights) the same plus its fused epilogue.
@@ -100,14 +101,10 @@ def _conv(node: Node, epilogue_operands=(2, 4)) -> int:
     return 2 * _out(node) * per_group * taps + _epilogue(node, epilogue_operands)
 
 
-def _winograd_conv(node: Node) -> int:
-    """Counted as the direct convolution it replaces (inputs: padded X, U, bias, residual),
-    so its GFLOP/s compare with the direct kernels' (an effective rate above the peak)."""
-    return _conv(node, (2, 3))
-
-
-def _depthwise_conv(node: Node) -> int:
-    """inputs: x, w, bias, residual."""
+def _conv_with_residual(node: Node) -> int:
+    """WinogradConv (counted as the direct convolution it replaces, so its GFLOP/s compare
+    with the direct kernels': an effective rate above the peak) and DepthwiseConv; inputs:
+    x, weights, bias, residual."""
     return _conv(node, (2, 3))
 
 
@@ -140,7 +137,7 @@ def _packed_gemm(node: Node) -> int:
     return 2 * _out(node) * node.inputs[0].shape[-1] + _epilogue(node, (2, 3))
 
 
-def _window_pool(node: Node) -> int:
+def _pool(node: Node) -> int:
     return _out(node) * int(np.prod(node.attrs["kernel_shape"], dtype=np.int64))
 
 
@@ -162,11 +159,12 @@ def _fused(node: Node) -> int:
     return len(node.attrs["program"]) * _out(node)
 
 
-FLOP_RULES = {"Conv": _conv, "DepthwiseConv": _depthwise_conv, "WinogradConv": _winograd_conv,
+FLOP_RULES = {"Conv": _conv, "DepthwiseConv": _conv_with_residual,
+              "WinogradConv": _conv_with_residual,
               "ConvTranspose": _conv_transpose,
               "MatMul": _matmul, "Gemm": _gemm, "PackedGemm": _packed_gemm,
-              "SparseGemm": _sparse_gemm, "RowPool": _window_pool,
-              "MaxPoolWithIndices": _window_pool,
+              "SparseGemm": _sparse_gemm, "RowPool": _pool,
+              "MaxPoolWithIndices": _pool,
               "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent, "Einsum": _einsum,
               "Fused": _fused}
 

@@ -1,8 +1,8 @@
 """Convolution as an implicit GEMM over a prepared input (see frontend/converters/nn.py).
 
 `ConvPad` pads the input and splits it into stride phases:
-    xq[n, c, ph_1..ph_r, q_1..q_r] = x[n, c, q_i * s_i + ph_i - pad_i]   (fill outside x)
-(the first q dim may have extra rows of fill: slack for reads past the last window),
+    xq[n, c, ph_1..ph_r, q_1..q_r] = x[n, c, q_i * s_i + ph_i - pad_i]   (zero outside x)
+(the first q dim may have extra rows of zeros: slack for reads past the last window),
 after which every kernel tap reads a *contiguous* run of xq whatever the stride, at a
 constant offset `koff[k]` (k = input channel and tap). So for one image and one group
 
@@ -49,7 +49,7 @@ def lower_conv_pad(node, kb, ins, outs):
     x, xq = ins[0], outs[0]
     strides, pads = node.attrs["strides"], node.attrs["pads_begin"]
     q_shape = xq.shape[-len(strides):]
-    fill = as_expr(node.attrs.get("value", 0), xq.dtype)  # -inf for max pooling
+    fill = as_expr(0, xq.dtype)
     if math.prod(strides) > MAX_SPECIALISED_PHASES:
         _pad_all_phases(kb, x, xq, strides, pads, fill)
         return

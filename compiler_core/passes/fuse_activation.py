@@ -2,11 +2,11 @@
 then an activation, when each is the only reader of the value before it.
 
     Conv -> Add(·, r) -> Relu   becomes   Conv(..., residual=r, activation="Relu")
-The residual becomes the Conv's fifth input (DepthwiseConv's fourth) and the fused node takes the Add's place in
-the node order (so r is always computed by then); the activation costs no extra pass over
-memory either (kernels/epilogue.apply_activation). Relu is fused early (fuse_activation);
-any other elementwise chain over the result and scalar constants once operator fusion has
-built it (fuse_epilogue, the last pass).
+The residual becomes the Conv's fifth input (DepthwiseConv's fourth) and the fused node
+takes the Add's place in the node order (so r is always computed by then); the activation
+costs no extra pass over memory either (kernels/epilogue.apply_activation). Relu is fused
+early (fuse_activation); any other elementwise chain over the result and scalar constants
+once operator fusion has built it (fuse_epilogue, the last pass).
 """
 from __future__ import annotations
 

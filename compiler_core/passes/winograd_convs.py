@@ -52,7 +52,7 @@ def _winograd(conv: Node, producers) -> list[Node]:
         xw = x
     else:
         xw = Value(f"{tag}_input", (N, C, 1, 1, hq, wq), x.dtype)
-        new.append(Node("ConvPad", [x], [xw], {"strides": [1, 1], "pads_begin": pb, "value": 0.0},
+        new.append(Node("ConvPad", [x], [xw], {"strides": [1, 1], "pads_begin": pb},
                         name=conv.name, guards=conv.guards, sources=conv.onnx_nodes))
     u = transform_weights(w.const, m)
     packed, mr = packed_conv_weights(u.reshape(-1, C), u.shape[0], sched.tiles.mr)

@@ -77,10 +77,10 @@ def build_batch(task: BuildTask) -> Built:
             nodes.append(None)
             kernels.append(None)
             errors.append(f"lowering: {type(exc).__name__}: {exc}")
-    return Built(nodes, _libraries(kernels, task.spec, errors), errors)
+    return Built(nodes, _libraries(kernels, task.spec, task.opt_level, errors), errors)
 
 
-def _libraries(kernels: list, spec: MachineSpec, errors: list) -> list:
+def _libraries(kernels: list, spec: MachineSpec, opt_level: int, errors: list) -> list:
     """Per candidate, its kernels' (library, index) list, or None. Half the candidates are
     built in a forked process meanwhile (LLVM holds a lock: threads would take turns)."""
     good = [k for k, kern in enumerate(kernels) if kern is not None]
@@ -88,10 +88,12 @@ def _libraries(kernels: list, spec: MachineSpec, errors: list) -> list:
     with tempfile.TemporaryDirectory(prefix="tensorforge-batch-") as tmp:
         apart, here = good[:len(good) // 2], good[len(good) // 2:]
         path = Path(tmp) / "apart.so"
-        pid = _fork(lambda: build_library(_flat(kernels, apart), spec, 3, path)) if apart else 0
-        libs_here = _library(kernels, here, spec, errors)
+        pid = _fork(lambda: build_library(_flat(kernels, apart), spec, opt_level, path)) \
+            if apart else 0
+        libs_here = _library(kernels, here, spec, opt_level, errors)
         built = pid and os.waitpid(pid, 0)[1] == 0
-        for k, got in {**_library(kernels, apart, spec, errors, path if built else None),
+        for k, got in {**_library(kernels, apart, spec, opt_level, errors,
+                                 path if built else None),
                        **libs_here}.items():
             libs[k] = got
     return libs
@@ -113,14 +115,14 @@ def _flat(kernels: list, share: list[int]) -> list:
     return [kern for k in share for kern in kernels[k]]
 
 
-def _library(kernels: list, share: list[int], spec: MachineSpec, errors: list,
-             built: Path | None = None) -> dict:
+def _library(kernels: list, share: list[int], spec: MachineSpec, opt_level: int,
+             errors: list, built: Path | None = None) -> dict:
     """{candidate: its kernels' (library, index) list} for the candidates in `share`: one
     library for all (`built` already, if given), else one each to find the one to blame."""
     if not share:
         return {}
     try:
-        lib = KernelLibrary(_flat(kernels, share), spec, built=built)
+        lib = KernelLibrary(_flat(kernels, share), spec, opt_level, built=built)
         libs, first = {}, 0
         for k in share:
             libs[k] = [(lib, first + j) for j in range(len(kernels[k]))]
@@ -131,7 +133,7 @@ def _library(kernels: list, share: list[int], spec: MachineSpec, errors: list,
     libs = {}
     for k in share:
         try:
-            alone = KernelLibrary(kernels[k], spec)
+            alone = KernelLibrary(kernels[k], spec, opt_level)
             libs[k] = [(alone, j) for j in range(len(kernels[k]))]
         except (RuntimeError, OSError) as exc:
             errors[k] = f"build: {type(exc).__name__}: {exc}"

@@ -89,7 +89,7 @@ def conv(cx, inputs):
         # like the other wide ones, and ConvPad leaves zeros after the input for them to read
         nr = tile_columns(OC // group, P)
         slack = -P % nr
-    xq = conv_input(cx, x, strides, pb, pe, 0.0, slack)
+    xq = conv_input(cx, x, strides, pb, pe, slack)
     q_shape = xq.shape[-rank:]
     koff = cx.const(conv_tap_offsets(C // group, kernel, dilations, strides, q_shape), "conv_taps")
     outs = [((N, OC, *out), x.dtype)]
@@ -125,10 +125,10 @@ def phase_grid(in_spatial, strides, pads_begin, pads_end) -> list[int]:
             for n, a, b, s in zip(in_spatial, pads_begin, pads_end, strides)]
 
 
-def conv_input(cx, x, strides, pads_begin, pads_end, fill, slack=0):
-    """x itself, or x padded with `fill` and split into stride phases (N, C, s..., q...).
+def conv_input(cx, x, strides, pads_begin, pads_end, slack=0):
+    """x itself, or x padded with zeros and split into stride phases (N, C, s..., q...).
 
-    `slack` more elements of `fill` must be readable after the last phase plane; the first
+    `slack` more zeros must be readable after the last phase plane; the first
     q dim grows for them, which leaves the strides of the q grid unchanged.
     """
     if not needs_conv_pad(strides, pads_begin, pads_end):
@@ -136,7 +136,7 @@ def conv_input(cx, x, strides, pads_begin, pads_end, fill, slack=0):
     q = phase_grid(x.shape[2:], strides, pads_begin, pads_end)
     q[0] += math.ceil(slack / int(np.prod(q[1:], dtype=np.int64)))
     shape = (*x.shape[:2], *strides, *q)
-    attrs = {"strides": strides, "pads_begin": pads_begin, "value": fill}
+    attrs = {"strides": strides, "pads_begin": pads_begin}
     return cx.emit("ConvPad", [x], [(shape, x.dtype)], attrs, [f"{x.name}_padded"])[0]
 
 
