@@ -194,7 +194,7 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
     tiles = _three_vector_rows(default_tiles(shape, lanes), shape, spec)
     flops = 2 * shape.M * shape.N * shape.K * pieces
     winograd = winograd_tile_size(node, lanes) if winograd_eligible(node) else 0
-    if shape.N < SKINNY_COLUMNS or (_channel_vectors_pay(node, shape, lanes)
+    if shape.N < SKINNY_COLUMNS or (_channel_vectors_pay(node, shape, lanes, spec)
                                     and not _winograd_first(node, winograd, spec)):
         return skinny_schedule(node, spec, tiles)
     if flops < PARALLEL_MIN_FLOPS:
@@ -237,13 +237,29 @@ def _three_vector_rows(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
 # accumulators' lane-by-lane stores stay a small part of the work.
 CHANNEL_VECTORS_BELOW_FILL = 0.85
 CHANNEL_VECTORS_MIN_K = 128
+# With 16 vector registers (AVX2) every panel of 2 x 8 channels reads the whole input again:
+# past this much of such reads the GEMM wins (znver3, 1 thread: ResNet-50's 512-channel 3x3
+# stride-2 conv to 7x7, 32 panels x 655 KB, 5.2-7.1 -> 4.4-4.7 ms). An image stem (<= 4
+# input channels, a reduction of 128 or more: 7x7 or 11x11 taps) goes the other way: the
+# GEMM packs an im2col of the input, channel vectors read it as it is (3 -> 64 7x7 stride 2
+# at 224x224 3.55 -> 2.64 ms, 3 -> 96 5.21 -> 3.97; 11x11 stride 4 at 2 threads 2.62 -> 1.67).
+CHANNEL_VECTORS_MAX_REREAD_BYTES = 8 << 20
 
 
-def _channel_vectors_pay(node, shape: GemmShape, lanes: int) -> bool:
+def _channel_vectors_pay(node, shape: GemmShape, lanes: int, spec) -> bool:
+    if not (node.inputs[1].is_const and shape.M >= 2 * lanes
+            and shape.K >= CHANNEL_VECTORS_MIN_K):
+        return False
+    x = node.inputs[0]
+    if spec.vector_registers < 32:
+        if len(node.attrs["kernel_shape"]) == 2 and x.shape[1] // node.attrs["group"] <= 4:
+            return True  # an image stem
+        panels = -(-shape.M // (2 * lanes))
+        if panels * x.size * x.dtype.itemsize > CHANNEL_VECTORS_MAX_REREAD_BYTES:
+            return False
     plane = math.prod(node.outputs[0].shape[2:])
     fill = plane / (-(-shape.N // lanes) * lanes)
-    return (node.inputs[1].is_const and shape.M >= 2 * lanes
-            and shape.K >= CHANNEL_VECTORS_MIN_K and fill < CHANNEL_VECTORS_BELOW_FILL)
+    return fill < CHANNEL_VECTORS_BELOW_FILL
 
 
 # With 32 vector registers, channel-vector tiles of 7 positions x 2 vectors run a small

@@ -144,6 +144,21 @@ def test_intel_avx512_cores_get_tiles_of_three_vectors_on_big_planes():
     assert default_conv_schedule(small, intel).tiles.nr == 32  # 400 columns: < 16 tiles
 
 
+def test_avx2_puts_channels_over_the_lanes_for_image_stems_and_not_for_big_inputs():
+    avx2 = MachineSpec("x86_64-unknown-linux-gnu", "znver3", "+avx,+avx2,+fma,+f16c")
+    avx512 = MachineSpec("x86_64-unknown-linux-gnu", "znver4",
+                         "+avx,+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl")
+    stem = conv_node(conv_model(n=1, c=3, oc=64, hw=224, k=7, stride=2, pad=3))
+    assert default_conv_schedule(stem, avx2).lanes == 8
+    assert default_conv_schedule(stem, avx512).lanes == 0
+    # 32 panels of 16 channels would each read the 655 KB input again
+    deep = conv_node(conv_model(n=1, c=512, oc=512, hw=14, k=3, stride=2))
+    assert default_conv_schedule(deep, avx2).lanes == 0
+    assert default_conv_schedule(deep, avx512).lanes == 16
+    small_plane = conv_node(conv_model(n=1, c=192, oc=384, hw=6, k=3))
+    assert default_conv_schedule(small_plane, avx2).lanes == 8
+
+
 def test_convs_with_many_output_channels_pack_their_input():
     for case in ("1x1, input packed into panels", "3x3 strided, input packed, batch of 2"):
         node = conv_node(conv_model(**CASES[case]))
