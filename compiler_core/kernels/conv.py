@@ -255,7 +255,7 @@ def _channel_vectors_pay(node, shape: GemmShape, lanes: int, spec) -> bool:
         if len(node.attrs["kernel_shape"]) == 2 and x.shape[1] // node.attrs["group"] <= 4:
             return True  # an image stem
         panels = -(-shape.M // (2 * lanes))
-        if panels * x.size * x.dtype.itemsize > CHANNEL_VECTORS_MAX_REREAD_BYTES:
+        if panels * x.nbytes > CHANNEL_VECTORS_MAX_REREAD_BYTES:
             return False
     plane = math.prod(node.outputs[0].shape[2:])
     fill = plane / (-(-shape.N // lanes) * lanes)

@@ -134,9 +134,12 @@ def test_default_split_balances_two_threads(c, oc, hw):
     assert not (sched.split == "rows" and sched.pack and count > 4), sched
 
 
+AVX2 = "+avx,+avx2,+fma,+f16c"
+AVX512 = AVX2 + ",+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl"
+
+
 def test_intel_avx512_cores_get_tiles_of_three_vectors_on_big_planes():
-    avx512 = "+avx,+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl"
-    intel, zen = (MachineSpec("x86_64-unknown-linux-gnu", cpu, avx512)
+    intel, zen = (MachineSpec("x86_64-unknown-linux-gnu", cpu, AVX512)
                   for cpu in ("sapphirerapids", "znver4"))
     big, small = (conv_node(conv_model(n=1, c=64, oc=64, hw=hw, k=1)) for hw in (56, 20))
     assert default_conv_schedule(big, intel).tiles.nr == 48
@@ -145,9 +148,8 @@ def test_intel_avx512_cores_get_tiles_of_three_vectors_on_big_planes():
 
 
 def test_avx2_puts_channels_over_the_lanes_for_image_stems_and_not_for_big_inputs():
-    avx2 = MachineSpec("x86_64-unknown-linux-gnu", "znver3", "+avx,+avx2,+fma,+f16c")
-    avx512 = MachineSpec("x86_64-unknown-linux-gnu", "znver4",
-                         "+avx,+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl")
+    avx2 = MachineSpec("x86_64-unknown-linux-gnu", "znver3", AVX2)
+    avx512 = MachineSpec("x86_64-unknown-linux-gnu", "znver4", AVX512)
     stem = conv_node(conv_model(n=1, c=3, oc=64, hw=224, k=7, stride=2, pad=3))
     assert default_conv_schedule(stem, avx2).lanes == 8
     assert default_conv_schedule(stem, avx512).lanes == 0
