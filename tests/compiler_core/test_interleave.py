@@ -45,3 +45,21 @@ def test_settle_ms_keeps_calling_untimed_until_the_time_is_up():
                          warmup=0, min_runs=1, max_seconds=0.0, settle=True, settle_ms=10.0)
     assert len(samples["a"]) == len(samples["b"]) == 1
     assert log[0] == "a" and log[-1] == "b" and 5 <= log.count("a") <= 12
+
+
+def test_settle_waits_until_a_runner_is_as_fast_as_it_has_been():
+    """A runner disturbed for its first 3 calls after the other one ran (another runtime's
+    threads still spinning) is timed only once it runs at its usual speed again."""
+    log = []
+
+    def disturbed():
+        others = [k for k, n in enumerate(log) if n != "a"]
+        since_other = len(log) - others[-1] if others else 99
+        log.append("a")
+        time.sleep(0.010 if since_other <= 3 else 0.001)
+
+    samples = interleave({"a": disturbed, "b": sleeper(0.001, log, "b")}, warmup=1,
+                         min_runs=3, max_seconds=0.0, settle=True, settle_ms=1.0)
+    assert max(samples["a"]) < 5.0
+    turns = [k for k in range(1, len(log)) if log[k - 1:k + 1] == ["b", "a"]]
+    assert turns and all(log[k:k + 4] == ["a"] * 4 for k in turns)
