@@ -138,6 +138,10 @@ def _copy_phase(kb, x, xq, n, c, phase, strides, pads, lo, hi):
 
 # Below this many FLOPs a conv runs on one thread: a fork/join costs a few microseconds.
 PARALLEL_MIN_FLOPS = 2_000_000
+# ...unless it streams this many bytes of weights: a conv of one or a few pixels (squeeze-
+# excite's) is a matrix-vector product bound by reading them, 25 us per MB on one znver4
+# core, and two cores read them faster than one.
+PARALLEL_MIN_WEIGHT_BYTES = 256 * 1024
 # Work items to aim for: enough for 2-4 threads to balance, few enough that each item
 # keeps whole register tiles busy.
 TARGET_ITEMS = 8
@@ -289,7 +293,8 @@ def skinny_schedule(node, spec, tiles: GemmTiles, vectors: int = 0, blocks: int 
         vectors = (skinny_vectors(shape.N, shape.M, lanes, spec.vector_registers)
                    if shape.N < SKINNY_COLUMNS else min(2, -(-shape.M // lanes)))
     panels = -(-shape.M // (lanes * vectors))
-    parallel = 2 * shape.M * shape.N * shape.K * pieces >= PARALLEL_MIN_FLOPS
+    parallel = (2 * shape.M * shape.N * shape.K * pieces >= PARALLEL_MIN_FLOPS
+                or 4 * shape.M * shape.K * pieces >= PARALLEL_MIN_WEIGHT_BYTES)
     blocks = blocks or (min(panels, -(-TARGET_ITEMS // pieces)) if parallel else 1)
     blocks = -(-panels // -(-panels // blocks))  # items of equal numbers of panels
     return ConvSchedule(tiles, "rows", blocks, parallel and pieces * blocks > 1, lanes, vectors,

@@ -56,6 +56,7 @@ CASES = {
     "grouped": dict(n=1, c=32, oc=64, hw=16, k=3, group=4),
     "depthwise": dict(n=1, c=64, oc=64, hw=24, k=3, group=64),
     "few columns, many channels": dict(n=1, c=256, oc=256, hw=5, k=3),
+    "one pixel, many weights (squeeze-excite)": dict(n=1, c=240, oc=960, hw=1, k=1),
     "1x1, input packed into panels": dict(n=1, c=40, oc=96, hw=13, k=1),
     "3x3 strided, input packed, batch of 2": dict(n=2, c=16, oc=64, hw=31, k=3, stride=2,
                                                  residual=True),
@@ -93,6 +94,9 @@ def test_big_convs_are_split_and_small_ones_are_not():
     assert deep.parallel and deep.split == "rows" and deep.blocks >= 2
     tiny = default_conv_schedule(conv_node(conv_model(1, 3, 4, 6, 3)), host_spec())
     assert not tiny.parallel and tiny.blocks == 1
+    # squeeze-excite's 1x1 conv of one pixel: few FLOPs, but 900 KB of weights to read
+    excite = default_conv_schedule(conv_node(conv_model(1, 240, 960, 1, 1)), host_spec())
+    assert excite.parallel and excite.blocks >= 2
 
 
 def test_blocks_cover_the_axis_in_whole_tiles():

@@ -74,6 +74,9 @@ ROW_KERNELS = {
                                         perm=[1, 0]),
     "transpose 4d": lambda: _one("Transpose", [("x", rand(2, 64, 12, 32))], (2, 12, 64, 32),
                                  perm=[0, 2, 1, 3]),
+    "depthwise 5x5 on 7x7 planes": lambda: _one(
+        "Conv", [("x", rand(1, 672, 7, 7))], (1, 672, 7, 7), [("w", rand(672, 1, 5, 5, seed=1))],
+        group=672, kernel_shape=[5, 5], pads=[2, 2, 2, 2]),
     "batched matmul": lambda: _one("MatMul", [("a", rand(2, 12, 64, 32)),
                                               ("b", rand(2, 12, 32, 64, seed=1))], (2, 12, 64, 64)),
 }
