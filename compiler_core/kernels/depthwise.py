@@ -19,6 +19,9 @@ from .conv import PARALLEL_MIN_FLOPS
 from .epilogue import apply_activation
 from .registry import lowering
 
+# Taps are summed in this many independent chains: one chain of 25 FMAs (5x5) waits four
+# cycles on each, as long as the vector's loads and FMAs take to issue several times over.
+ACCUMULATORS = 2
 # Depthwise convs run at a quarter to a half of a GEMM conv's FLOP rate (two loads and one
 # FMA per tap), so the same fork/join pays off at a quarter of its FLOPs: on znver4 at 2
 # threads a 5x5 over 672 channels at 7x7 (1.7 MFLOP) took 78 us on one thread.
@@ -104,14 +107,14 @@ class _Plane:
         H, W = x.shape[2:]
         OH, OW = y.shape[2:]
         x_row = (self.nc * H + oh * self.sh - self.ph) * W + ow * self.sw - self.pw
-        acc = None
-        for (i, j), (a, b) in taps.items():
-            if a >= b:
-                continue
+        sums = [None] * ACCUMULATORS
+        for k, ((i, j), (a, b)) in enumerate((t, r) for t, r in taps.items() if r[0] < r[1]):
             tap = x.vec(x_row + (i * W + j), lanes, b, self.sw, a)
             term = broadcast(Get(self.taps[i][j]), lanes) * tap
-            acc = term if acc is None else acc + term
-        value = acc if acc is not None else broadcast(as_expr(0.0, y.dtype), lanes)
+            acc = sums[k % ACCUMULATORS]
+            sums[k % ACCUMULATORS] = term if acc is None else acc + term
+        live = [acc for acc in sums if acc is not None]
+        value = sum(live[1:], live[0]) if live else broadcast(as_expr(0.0, y.dtype), lanes)
         if self.bias is not None:
             value = value + broadcast(Get(self.bias), lanes)
         out = (self.nc * OH + oh) * OW + ow
