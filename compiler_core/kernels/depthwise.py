@@ -4,7 +4,8 @@ read straight from the unpadded NCHW input (frontend/converters/nn.py picks this
 Per (image, channel) plane, output rows whose window stays inside the input are one loop
 and the few others (top and bottom) static code with only their in-bounds kernel rows.
 Each row goes in vectors of output columns (the target's lanes), all K*K taps accumulated
-in registers with the weights broadcast: the vectors whose taps all lie inside the row are
+in registers with the weights broadcast, in the schedule's number of independent chains
+(DepthwiseSchedule: the autotuner's knobs, with whether planes split over threads): the vectors whose taps all lie inside the row are
 one loop without checks; the edge vectors and a partial last one are static code whose
 taps read only their in-bounds lanes (masked loads, kept inside the row). With stride 2 a
 tap is a strided vector load (ir/loops.VLoad: a run loaded whole and shuffled), as LLVM's
@@ -14,18 +15,41 @@ input once more and ran at about 20 GFLOP/s.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..ir.loops import Get, as_expr, broadcast
 from .conv import PARALLEL_MIN_FLOPS
 from .epilogue import apply_activation
 from .registry import lowering
+from .schedule import default_rule, search_space
 
-# Taps are summed in this many independent chains: one chain of 25 FMAs (5x5) waits four
-# cycles on each, as long as the vector's loads and FMAs take to issue several times over.
-ACCUMULATORS = 2
 # Depthwise convs run at a quarter to a half of a GEMM conv's FLOP rate (two loads and one
 # FMA per tap), so the same fork/join pays off at a quarter of its FLOPs: on znver4 at 2
 # threads a 5x5 over 672 channels at 7x7 (1.7 MFLOP) took 78 us on one thread.
 PARALLEL_MIN_TAP_FLOPS = PARALLEL_MIN_FLOPS // 4
+
+
+@dataclass(frozen=True)
+class DepthwiseSchedule:
+    # independent chains the taps are summed in: one chain of 25 FMAs (5x5) waits four
+    # cycles on each; two were best in all on znver4 (four on 7x7 planes, two on 28x28)
+    accumulators: int = 2
+    parallel: bool = True  # planes split over the threads
+
+
+@default_rule("DepthwiseConv")
+def default_depthwise_schedule(node, spec) -> DepthwiseSchedule:
+    y = node.outputs[0]
+    KH, KW = node.attrs["kernel_shape"]
+    planes = y.shape[0] * y.shape[1]
+    return DepthwiseSchedule(2, 2 * y.size * KH * KW >= PARALLEL_MIN_TAP_FLOPS and planes > 1)
+
+
+@search_space("DepthwiseConv")
+def depthwise_space(node, spec) -> list[DepthwiseSchedule]:
+    y = node.outputs[0]
+    splits = (True, False) if y.shape[0] * y.shape[1] > 1 else (False,)
+    return [DepthwiseSchedule(acc, par) for par in splits for acc in (1, 2, 3, 4)]
 
 
 def inside_range(n: int, k: int, s: int, pad: int, out: int) -> tuple[int, int]:
@@ -50,13 +74,14 @@ def lower_depthwise_conv(node, kb, ins, outs):
     OH = y.shape[2]
     KH, KW = node.attrs["kernel_shape"]
     sh, ph = node.attrs["strides"][0], node.attrs["pads_begin"][0]
-    kind = "parallel" if 2 * y.size * KH * KW >= PARALLEL_MIN_TAP_FLOPS and N * C > 1 else "serial"
+    sched = node.schedule
+    kind = "parallel" if sched.parallel else "serial"
     with kb.loop(N * C, kind=kind, name="plane") as nc:
         c = nc % C
         taps = [[kb.local(y.dtype, w.flat(c * (KH * KW) + i * KW + j), "w") for j in range(KW)]
                 for i in range(KH)]
         b = kb.local(y.dtype, bias[c], "bias") if bias is not None else None
-        plane = _Plane(node, kb, (x, y, residual), nc, taps, b)
+        plane = _Plane(node, kb, (x, y, residual), nc, taps, b, sched.accumulators)
         lo, hi = inside_range(H, KH, sh, ph, OH)
         for oh in [*range(lo), *range(hi, OH)]:
             plane.row(as_expr(oh), valid_taps(oh, H, KH, sh, ph))
@@ -68,8 +93,9 @@ def lower_depthwise_conv(node, kb, ins, outs):
 class _Plane:
     """The code for one (image, channel) plane, row by row."""
 
-    def __init__(self, node, kb, bufs, nc, taps, bias):
+    def __init__(self, node, kb, bufs, nc, taps, bias, accumulators: int):
         self.kb, (self.x, self.y, self.residual), self.nc = kb, bufs, nc
+        self.accumulators = accumulators
         self.taps, self.bias = taps, bias
         self.act = node.attrs.get("activation")
         (self.sh, self.sw), (self.ph, self.pw) = node.attrs["strides"], node.attrs["pads_begin"]
@@ -107,12 +133,12 @@ class _Plane:
         H, W = x.shape[2:]
         OH, OW = y.shape[2:]
         x_row = (self.nc * H + oh * self.sh - self.ph) * W + ow * self.sw - self.pw
-        sums = [None] * ACCUMULATORS
+        sums = [None] * self.accumulators
         for k, ((i, j), (a, b)) in enumerate((t, r) for t, r in taps.items() if r[0] < r[1]):
             tap = x.vec(x_row + (i * W + j), lanes, b, self.sw, a)
             term = broadcast(Get(self.taps[i][j]), lanes) * tap
-            acc = sums[k % ACCUMULATORS]
-            sums[k % ACCUMULATORS] = term if acc is None else acc + term
+            acc = sums[k % self.accumulators]
+            sums[k % self.accumulators] = term if acc is None else acc + term
         live = [acc for acc in sums if acc is not None]
         value = sum(live[1:], live[0]) if live else broadcast(as_expr(0.0, y.dtype), lanes)
         if self.bias is not None:

@@ -98,3 +98,29 @@ def test_grouped_conv_with_two_channels_per_group_keeps_the_generic_path():
                        [("w", rand(2 * c, 1, 3, 3))])
     assert_matches(model, {"x": rand(1, c, 9, 9)})
     assert "DepthwiseConv" not in {k["op"] for k in cc.compile(model).meta["kernels"]}
+
+
+def test_every_schedule_of_the_search_space_is_correct(monkeypatch):
+    """The autotuner's candidates (chains of taps, planes split or not) all match ORT, at
+    one and two threads."""
+    import tempfile
+
+    from compiler_core.codegen.target_machine import host_spec
+    from compiler_core.frontend.onnx import import_model
+    from compiler_core.kernels import schedule
+    from compiler_core.kernels.depthwise import DepthwiseSchedule, depthwise_space
+
+    from .helpers import ort_run
+    model, _ = _model(24, 13, 21, 5, 1, {"pads": [2, 2, 2, 2]}, after=("Relu",))
+    feeds = {"x": rand(1, 24, 13, 21)}
+    node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
+    space = depthwise_space(node, host_spec())
+    assert DepthwiseSchedule(2, True) in space and len(space) == 8
+    expected = next(iter(ort_run(model, feeds).values()))
+    for sched in space:
+        monkeypatch.setitem(schedule.DEFAULTS, "DepthwiseConv", lambda n, spec, s=sched: s)
+        with tempfile.TemporaryDirectory() as tmp:
+            art = cc.compile(model).save(tmp)
+            for threads in (1, 2):
+                got = next(iter(cc.load(art, threads=threads).run(feeds).values()))
+                np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5, err_msg=str(sched))
