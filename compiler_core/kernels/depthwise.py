@@ -4,12 +4,13 @@ read straight from the unpadded NCHW input (frontend/converters/nn.py picks this
 Per (image, channel) plane, output rows whose window stays inside the input are one loop
 and the few others (top and bottom) static code with only their in-bounds kernel rows.
 Each row goes in vectors of output columns (the target's lanes), all K*K taps accumulated
-in registers with the weights broadcast, in the schedule's number of independent chains
-(DepthwiseSchedule: the autotuner's knobs, with whether planes split over threads): the vectors whose taps all lie inside the row are
-one loop without checks; the edge vectors and a partial last one are static code whose
-taps read only their in-bounds lanes (masked loads, kept inside the row). With stride 2 a
-tap is a strided vector load (ir/loops.VLoad: a run loaded whole and shuffled), as LLVM's
-loop vectorizer left rows of 14 or 7 outputs scalar and summed the taps across lanes.
+in registers with the weights broadcast, in independent chains (DepthwiseSchedule: how
+many, and whether planes split over the threads, are the autotuner's knobs): the vectors
+whose taps all lie inside the row are one loop without checks; the edge vectors and a
+partial last one are static code whose taps read only their in-bounds lanes (masked
+loads, kept inside the row). With stride 2 a tap is a strided vector load (ir/loops.VLoad:
+a run loaded whole and shuffled), as LLVM's loop vectorizer left rows of 14 or 7 outputs
+scalar and summed the taps across lanes.
 The generic path (ConvPad, then an implicit GEMM of one row per group) wrote the whole
 input once more and ran at about 20 GFLOP/s.
 """
