@@ -34,22 +34,25 @@ PARALLEL_MIN_TAP_FLOPS = PARALLEL_MIN_FLOPS // 4
 class DepthwiseSchedule:
     # independent chains the taps are summed in: one chain of 25 FMAs (5x5) waits four
     # cycles on each; two were best in all on znver4 (four on 7x7 planes, two on 28x28)
-    accumulators: int = 2
-    parallel: bool = True  # planes split over the threads
+    accumulators: int
+    parallel: bool  # planes split over the threads (only where there are several)
+
+
+def _planes(node) -> int:
+    """(image, channel) planes: the parallel loop's extent."""
+    return node.outputs[0].shape[0] * node.outputs[0].shape[1]
 
 
 @default_rule("DepthwiseConv")
 def default_depthwise_schedule(node, spec) -> DepthwiseSchedule:
-    y = node.outputs[0]
     KH, KW = node.attrs["kernel_shape"]
-    planes = y.shape[0] * y.shape[1]
-    return DepthwiseSchedule(2, 2 * y.size * KH * KW >= PARALLEL_MIN_TAP_FLOPS and planes > 1)
+    flops = 2 * node.outputs[0].size * KH * KW
+    return DepthwiseSchedule(2, flops >= PARALLEL_MIN_TAP_FLOPS and _planes(node) > 1)
 
 
 @search_space("DepthwiseConv")
 def depthwise_space(node, spec) -> list[DepthwiseSchedule]:
-    y = node.outputs[0]
-    splits = (True, False) if y.shape[0] * y.shape[1] > 1 else (False,)
+    splits = (True, False) if _planes(node) > 1 else (False,)
     return [DepthwiseSchedule(acc, par) for par in splits for acc in (1, 2, 3, 4)]
 
 
