@@ -195,9 +195,9 @@ def conv_wide(node):
 def default_conv_schedule(node, spec) -> ConvSchedule:
     shape, pieces = conv_gemm_shape(node)
     lanes = spec.vector_bits // 32
-    tiles = _three_vector_rows(default_tiles(shape, lanes), shape, spec)
+    tiles = _wide_tiles(default_tiles(shape, lanes), shape, spec)
     flops = 2 * shape.M * shape.N * shape.K * pieces
-    winograd = winograd_tile_size(node, lanes) if winograd_eligible(node) else 0
+    winograd = winograd_tile_size(node, lanes) if _winograd_pays(node, spec) else 0
     if shape.N < SKINNY_COLUMNS or (_channel_vectors_pay(node, shape, lanes, spec)
                                     and not _winograd_first(node, winograd, spec)):
         return skinny_schedule(node, spec, tiles)
@@ -221,18 +221,28 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
     return sched
 
 
-def _three_vector_rows(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
-    """Tiles of 6 rows by 3 vectors on Intel's AVX-512 cores, which issue two 512-bit FMAs
-    a cycle (Zen 4 one): 18 accumulators and half a load per FMA instead of 12 and two
-    thirds. Sapphire Rapids-class Xeon, 1 thread: ResNet-50's 7x7 stem 1868 -> 1366 us,
-    its 256 -> 64 1x1 conv at 56x56 834 -> 742 us. Zen cores keep the 6 x 2 measured there,
-    and planes of fewer than 16 such tiles too (the split over threads is decided in tiles)."""
+def _two_wide_fma_ports(spec) -> bool:
+    """Intel's AVX-512 cores issue two 512-bit FMAs a cycle; Zen 4 one."""
+    return spec.vector_bits >= 512 and not spec.cpu.startswith("znver")
+
+
+def _wide_tiles(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
+    """More accumulators on Intel's AVX-512 cores, which issue two 512-bit FMAs a cycle (Zen
+    4 one): tiles of 6 rows by 3 vectors (18 accumulators, half a load per FMA instead of
+    two thirds) on planes of 16 such tiles or more, else of 8 rows by 2 vectors (16; the
+    last of a small plane's 3-vector tiles is mostly empty). Sapphire Rapids-class Xeon,
+    1 thread: ResNet-50's 7x7 stem 1868 -> 1366 us, its 256 -> 64 1x1 conv at 56x56 834
+    -> 742 us; Emerald Rapids, 1 thread, 8x2 against 6x2: 256 -> 1024 channels at 14x14
+    960 -> 889 us, 512 -> 1000 at 13x13 1300 -> 1163. Zen cores keep the 6 x 2 measured
+    there."""
     lanes = spec.vector_bits // 32
-    nr = 3 * lanes
-    if (spec.vector_bits < 512 or spec.cpu.startswith("znver") or tiles.mr < MAX_MR
-            or tiles.nr != 2 * lanes or shape.N < 16 * nr):
+    if not _two_wide_fma_ports(spec) or tiles.mr < MAX_MR or tiles.nr != 2 * lanes:
         return tiles
-    return dataclasses.replace(tiles, nr=nr, nc=l2_columns(tiles.kc, nr))
+    if shape.N >= 16 * 3 * lanes:
+        return dataclasses.replace(tiles, nr=3 * lanes, nc=l2_columns(tiles.kc, 3 * lanes))
+    if shape.M >= 8:
+        return dataclasses.replace(tiles, mr=8)
+    return tiles
 
 
 # Output positions over vector lanes fill fewer of them than this (a 7x7 plane: 49 of 64
@@ -412,6 +422,23 @@ def winograd_eligible(node) -> bool:
     return (list(a.get("kernel_shape", ())) == [3, 3] and list(a["strides"]) == [1, 1]
             and list(a["dilations"]) == [1, 1] and a["group"] == 1
             and node.inputs[1].is_const and "skinny_width" not in a)
+
+
+# Cores that issue two 512-bit FMAs a cycle run the direct conv's GEMM twice as fast and
+# Winograd's transforms no faster, so Winograd wants more channels there: this many on each
+# side and twice as many on one. Emerald Rapids, 1 thread, F(4x4) -> direct: 16 -> 16
+# channels at 80x80 377 -> 248 us, 32 -> 32 at 40x40 338 -> 242, 16 -> 64 at 55x55 523 ->
+# 408; the other way, 32 -> 128 at 27x27 305 -> 405 and (F(2x2) -> channel vectors) 48 ->
+# 192 at 13x13 190 -> 236, and DenseNet-121 (its 128 -> 32 convs) 4.5% slower in all.
+WINOGRAD_MIN_CHANNELS_TWO_FMA = 32
+
+
+def _winograd_pays(node, spec) -> bool:
+    if not winograd_eligible(node):
+        return False
+    channels = node.inputs[1].shape[1], node.outputs[0].shape[1]
+    least = WINOGRAD_MIN_CHANNELS_TWO_FMA if _two_wide_fma_ports(spec) else 0
+    return min(channels) >= least and max(channels) >= 2 * least
 
 
 def winograd_tile_size(node, lanes: int) -> int:

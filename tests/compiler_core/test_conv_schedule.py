@@ -142,13 +142,31 @@ AVX2 = "+avx,+avx2,+fma,+f16c"
 AVX512 = AVX2 + ",+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl"
 
 
-def test_intel_avx512_cores_get_tiles_of_three_vectors_on_big_planes():
+def test_intel_avx512_cores_get_more_accumulators_than_zen():
     intel, zen = (MachineSpec("x86_64-unknown-linux-gnu", cpu, AVX512)
                   for cpu in ("sapphirerapids", "znver4"))
-    big, small = (conv_node(conv_model(n=1, c=64, oc=64, hw=hw, k=1)) for hw in (56, 20))
-    assert default_conv_schedule(big, intel).tiles.nr == 48
-    assert default_conv_schedule(big, zen).tiles.nr == 32
-    assert default_conv_schedule(small, intel).tiles.nr == 32  # 400 columns: < 16 tiles
+    big, small = (conv_node(conv_model(n=1, c=64, oc=64, hw=hw, k=1)) for hw in (56, 14))
+    # 196 columns: the last of five 3-vector tiles would be nearly empty
+    for node, shape in ((big, (6, 48)), (small, (8, 32))):
+        tiles = default_conv_schedule(node, intel).tiles
+        assert (tiles.mr, tiles.nr) == shape
+    for node in (big, small):
+        tiles = default_conv_schedule(node, zen).tiles
+        assert (tiles.mr, tiles.nr) == (6, 32)
+
+
+def test_intel_avx512_cores_take_winograd_from_more_channels():
+    intel, zen = (MachineSpec("x86_64-unknown-linux-gnu", cpu, AVX512)
+                  for cpu in ("sapphirerapids", "znver4"))
+    few_channels = conv_node(conv_model(n=1, c=16, oc=64, hw=56, k=3))
+    assert default_conv_schedule(few_channels, zen).winograd
+    assert not default_conv_schedule(few_channels, intel).winograd
+    for c, oc in ((32, 32), (16, 64)):
+        assert not default_conv_schedule(conv_node(conv_model(n=1, c=c, oc=oc, hw=40, k=3)),
+                                         intel).winograd, (c, oc)
+    for c, oc in ((32, 64), (128, 32), (64, 64)):
+        assert default_conv_schedule(conv_node(conv_model(n=1, c=c, oc=oc, hw=40, k=3)),
+                                     intel).winograd, (c, oc)
 
 
 def test_avx2_puts_channels_over_the_lanes_for_image_stems_and_not_for_big_inputs():
