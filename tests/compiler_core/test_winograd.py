@@ -76,14 +76,14 @@ def winograd_layers(model):
 
 
 # F(4x4) planes have at least 6x6 tiles: two vectors of 16 lanes (winograd_tile_size)
-CASES = {
+CASES = {  # enough channels for Winograd on every target (conv._winograd_pays)
     "56x56, whole tiles": dict(n=1, c=64, oc=64, hw=56, k=3),
-    "odd plane, partial edge tiles": dict(n=1, c=40, oc=48, hw=23, k=3),
-    "batch of 2 with residual": dict(n=2, c=32, oc=40, hw=24, k=3, residual=True),
-    "no padding": dict(n=1, c=32, oc=32, hw=26, k=3, pad=0),
-    "no activation": dict(n=1, c=48, oc=36, hw=23, k=3, relu=False),
+    "odd plane, partial edge tiles": dict(n=1, c=40, oc=72, hw=23, k=3),
+    "batch of 2 with residual": dict(n=2, c=32, oc=72, hw=24, k=3, residual=True),
+    "no padding": dict(n=1, c=32, oc=64, hw=26, k=3, pad=0),
+    "no activation": dict(n=1, c=72, oc=36, hw=23, k=3, relu=False),
     "13x13 plane, F(2x2)": dict(n=1, c=64, oc=48, hw=13, k=3),
-    "13x13 plane with residual, F(2x2)": dict(n=1, c=32, oc=32, hw=13, k=3, residual=True),
+    "13x13 plane with residual, F(2x2)": dict(n=1, c=32, oc=64, hw=13, k=3, residual=True),
 }
 
 
@@ -106,8 +106,8 @@ def test_a_heavy_epilogue_runs_in_the_output_transform():
     """SiLU (x * sigmoid(x)) fused into the conv's epilogue."""
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1] * 4),
              helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
-    model = make_model(nodes, [("x", F, (1, 32, 24, 24))], [("y", F, (1, 32, 24, 24))],
-                       [("w", rand(32, 32, 3, 3, seed=1)), ("b", rand(32, seed=2))])
+    model = make_model(nodes, [("x", F, (1, 32, 24, 24))], [("y", F, (1, 64, 24, 24))],
+                       [("w", rand(64, 32, 3, 3, seed=1)), ("b", rand(64, seed=2))])
     feeds = feeds_for(model)
     art = cc.compile(model)
     assert len(art.meta["winograd_layers"]) == 1
