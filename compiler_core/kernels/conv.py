@@ -232,9 +232,9 @@ def _wide_tiles(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
     two thirds) on planes of 16 such tiles or more, else of 8 rows by 2 vectors (16; the
     last of a small plane's 3-vector tiles is mostly empty). Sapphire Rapids-class Xeon,
     1 thread: ResNet-50's 7x7 stem 1868 -> 1366 us, its 256 -> 64 1x1 conv at 56x56 834
-    -> 742 us; Emerald Rapids, 1 thread, 8x2 against 6x2: 256 -> 1024 channels at 14x14
-    960 -> 889 us, 512 -> 1000 at 13x13 1300 -> 1163. Zen cores keep the 6 x 2 measured
-    there."""
+    -> 742 us; Emerald Rapids, 1 thread, the tuner's best (8x2 tiles) against the 6x2
+    default: 256 -> 1024 channels at 14x14 960 -> 889 us, 512 -> 1000 at 13x13 1300 ->
+    1163 (both also with other blockings). Zen cores keep the 6 x 2 measured there."""
     lanes = spec.vector_bits // 32
     if not _two_wide_fma_ports(spec) or tiles.mr < MAX_MR or tiles.nr != 2 * lanes:
         return tiles
