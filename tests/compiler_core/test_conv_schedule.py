@@ -142,31 +142,37 @@ AVX2 = "+avx,+avx2,+fma,+f16c"
 AVX512 = AVX2 + ",+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl"
 
 
-def test_intel_avx512_cores_get_more_accumulators_than_zen():
-    intel, zen = (MachineSpec("x86_64-unknown-linux-gnu", cpu, AVX512)
-                  for cpu in ("sapphirerapids", "znver4"))
+def _avx512(cpu: str) -> MachineSpec:
+    return MachineSpec("x86_64-unknown-linux-gnu", cpu, AVX512)
+
+
+TWO_FMA_CPUS = ("sapphirerapids", "emeraldrapids", "znver5")
+
+
+@pytest.mark.parametrize("cpu", TWO_FMA_CPUS)
+def test_two_fma_avx512_cores_get_more_accumulators_than_zen4(cpu):
     big, small = (conv_node(conv_model(n=1, c=64, oc=64, hw=hw, k=1)) for hw in (56, 14))
     # 196 columns: the last of five 3-vector tiles would be nearly empty
     for node, shape in ((big, (6, 48)), (small, (8, 32))):
-        tiles = default_conv_schedule(node, intel).tiles
+        tiles = default_conv_schedule(node, _avx512(cpu)).tiles
         assert (tiles.mr, tiles.nr) == shape
     for node in (big, small):
-        tiles = default_conv_schedule(node, zen).tiles
+        tiles = default_conv_schedule(node, _avx512("znver4")).tiles
         assert (tiles.mr, tiles.nr) == (6, 32)
 
 
-def test_intel_avx512_cores_take_winograd_from_more_channels():
-    intel, zen = (MachineSpec("x86_64-unknown-linux-gnu", cpu, AVX512)
-                  for cpu in ("sapphirerapids", "znver4"))
+@pytest.mark.parametrize("cpu", TWO_FMA_CPUS)
+def test_two_fma_avx512_cores_take_winograd_from_more_channels(cpu):
+    two_fma = _avx512(cpu)
     few_channels = conv_node(conv_model(n=1, c=16, oc=64, hw=56, k=3))
-    assert default_conv_schedule(few_channels, zen).winograd
-    assert not default_conv_schedule(few_channels, intel).winograd
+    assert default_conv_schedule(few_channels, _avx512("znver4")).winograd
+    assert not default_conv_schedule(few_channels, two_fma).winograd
     for c, oc in ((32, 32), (16, 64)):
         assert not default_conv_schedule(conv_node(conv_model(n=1, c=c, oc=oc, hw=40, k=3)),
-                                         intel).winograd, (c, oc)
+                                         two_fma).winograd, (c, oc)
     for c, oc in ((32, 64), (128, 32), (64, 64)):
         assert default_conv_schedule(conv_node(conv_model(n=1, c=c, oc=oc, hw=40, k=3)),
-                                     intel).winograd, (c, oc)
+                                     two_fma).winograd, (c, oc)
 
 
 def test_avx2_puts_channels_over_the_lanes_for_image_stems_and_not_for_big_inputs():
