@@ -99,3 +99,25 @@ def test_winograd_and_direct_candidates_of_a_padded_conv_are_measured_alike():
                      prologue=workload.prologue)
     measured = run_batch(task, **FAST_LIMITS)
     assert [m.error for m in measured] == [None] * 4
+
+
+def test_candidates_are_timed_going_round_copies_of_their_weights():
+    """As in a model, where a layer's weights were last read a whole run ago."""
+    from compiler_core.tune.measure_child import (COLD_BYTES, MAX_COPIES, arrays_for,
+                                                  cold_copies, rotating)
+    node = next(w for w in collect_workloads(padded_conv_graph(), host_spec())
+                if w.op == "Conv").nodes[0]
+    arrays = arrays_for([node])
+    copies = cold_copies([node], arrays)
+    weights = [v.name for v in node.inputs if v is not None and v.is_const]
+    size = sum(arrays[name].nbytes for name in weights)
+    assert len(copies) == min(MAX_COPIES, COLD_BYTES // size) > 1
+    for copy in copies[1:]:
+        for name, a in copy.items():
+            assert np.array_equal(a, arrays[name])
+            assert (a is arrays[name]) == (name not in weights), name
+    seen = []
+    call = rotating([functools.partial(seen.append, k) for k in range(3)])
+    for _ in range(7):
+        call()
+    assert seen == [0, 1, 2, 0, 1, 2, 0]
