@@ -231,9 +231,10 @@ def _two_wide_fma_ports(spec) -> bool:
 
 
 def _wide_tiles(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
-    """More accumulators on cores that issue two 512-bit FMAs a cycle (Zen 4 one): tiles of 6 rows by 3 vectors (18 accumulators, half a load per FMA instead of
-    two thirds) on planes of 16 such tiles or more, else of 8 rows by 2 vectors (16; the
-    last of a small plane's 3-vector tiles is mostly empty). Sapphire Rapids-class Xeon,
+    """More accumulators on cores that issue two 512-bit FMAs a cycle (Zen 4 one): tiles
+    of 6 rows by 3 vectors (18 accumulators, half a load per FMA instead of two thirds) on
+    planes of 16 such tiles or more, else of 8 rows by 2 vectors (16; the last of a small
+    plane's 3-vector tiles is mostly empty). Sapphire Rapids-class Xeon,
     1 thread: ResNet-50's 7x7 stem 1868 -> 1366 us, its 256 -> 64 1x1 conv at 56x56 834
     -> 742 us; Emerald Rapids, 1 thread, the tuner's best (8x2 tiles) against the 6x2
     default: 256 -> 1024 channels at 14x14 960 -> 889 us, 512 -> 1000 at 13x13 1300 ->

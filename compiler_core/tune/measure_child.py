@@ -35,7 +35,7 @@ import numpy as np
 
 REPEATS = 5
 REPEAT_SECONDS = 0.005  # calls per repeat: enough for about this long
-COLD_BYTES = 64 << 20  # copies of the constants to go round: past the L2 and most L3s
+COLD_BYTES = 64 << 20  # constants to go round (copies): past an L2, and a 32 MB L3
 MAX_COPIES = 16
 
 
