@@ -72,14 +72,15 @@ def _random(rng, v) -> np.ndarray:
 
 
 def cold_copies(nodes: list, arrays: dict) -> list[dict]:
-    """`arrays`, then copies of it with their own constants (the same values), as many as
-    make COLD_BYTES of constants (at most MAX_COPIES); the other arrays are shared."""
+    """Copies of `arrays` with their own constants (the same values), as many as make,
+    with `arrays`, COLD_BYTES of constants (at most MAX_COPIES in all); the other arrays
+    are shared."""
     from ..kernels import kernel_params
     consts = {v.name for n in nodes for v in kernel_params(n) if v.is_const}
     size = sum(arrays[name].nbytes for name in consts if name in arrays)
     count = max(1, min(MAX_COPIES, COLD_BYTES // max(size, 1)))
-    return [arrays] + [{name: a.copy() if name in consts else a for name, a in arrays.items()}
-                       for _ in range(count - 1)]
+    return [{name: a.copy() if name in consts else a for name, a in arrays.items()}
+            for _ in range(count - 1)]
 
 
 def rotating(calls: list):
@@ -136,7 +137,7 @@ def seconds_per_call(call) -> float:
 
 
 def measure(task, built) -> None:
-    reference, calls = None, {}
+    reference, default, timed = None, None, 0
     for k, nodes in enumerate(built.nodes):
         if built.errors[k]:
             say(done=k, error=built.errors[k])
@@ -155,13 +156,15 @@ def measure(task, built) -> None:
             say(done=k, error=f"wrong result: {wrong}")
             continue
         call = rotating([call] + [bound_call(nodes, built.libs[k], copy)
-                                  for copy in cold_copies(nodes, arrays)[1:]])
-        calls[k] = seconds_per_call(call), call
-        say(done=k, seconds=calls[k][0])
-    if 0 in calls and len(calls) > 1:
+                                  for copy in cold_copies(nodes, arrays)])
+        seconds, timed = seconds_per_call(call), timed + 1
+        if k == 0:  # the one call timed again: the others' weight copies can go
+            default = seconds, call
+        say(done=k, seconds=seconds)
+    if default and timed > 1:
         # timed again last: the first kernel timed in a fresh process runs slow (clock
         # ramp, cold caches), which would flatter every candidate against the default
-        say(done=0, seconds=min(calls[0][0], seconds_per_call(calls[0][1])))
+        say(done=0, seconds=min(default[0], seconds_per_call(default[1])))
 
 
 def main(argv: list[str]) -> int:
