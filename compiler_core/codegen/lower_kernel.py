@@ -179,8 +179,8 @@ class KernelLowering:
         self.b.store(self.splat(s.value, s.local.lanes), self.locals[id(s.local)])
 
     # ------------------------------------------------------------ expressions
-    def address(self, buf: L.Buf, index: L.Expr) -> ir.Value:
-        return self.b.gep(self.ptrs[id(buf)], [self.expr(index)], inbounds=True,
+    def address(self, buf: L.Buf, index: L.Expr, inbounds: bool = True) -> ir.Value:
+        return self.b.gep(self.ptrs[id(buf)], [self.expr(index)], inbounds=inbounds,
                           source_etype=mem_type(buf.dtype))
 
     def splat(self, e: L.Expr, lanes: int) -> ir.Value:
@@ -229,9 +229,14 @@ class KernelLowering:
             return self._shifted(self.e_VLoad(dataclasses.replace(e, shift=0)), e.shift)
         if e.stride > 1:
             return self._strided_load(e)
+        if e.mask is not None:  # its masked-off lanes may lie outside buf: no inbounds
+            mask = ir.Constant(ir.VectorType(I1, e.lanes), [int(m) for m in e.mask])
+            return self._masked_load(e.buf, self.address(e.buf, e.index, inbounds=False),
+                                     e.lanes, mask)
         if e.valid is None:
             return self._load(e.buf, e.index, e.lanes)
-        return self._masked_load(e.buf, e.index, e.lanes, e.valid)
+        return self._masked_load(e.buf, self.address(e.buf, e.index), e.lanes,
+                                 _lane_mask(e.lanes, e.valid))
 
     def _shifted(self, val, shift: int):
         """val's lanes moved up by `shift`, zeros in the lanes below."""
@@ -240,18 +245,19 @@ class KernelLowering:
         return self.b.shuffle_vector(val, ir.Constant(val.type, None),
                                      ir.Constant(ir.VectorType(I32, lanes), picks))
 
-    def _masked_load(self, buf, index, lanes, valid):
+    def _masked_load(self, buf, address, lanes, mask):
         ty = mem_type(buf.dtype, lanes)
         val = self._call(f"llvm.masked.load.{_mem_suffix(buf.dtype, lanes)}.p0", ty,
-                         [self.address(buf, index), ir.Constant(I32, buf.dtype.itemsize),
-                          _lane_mask(lanes, valid), ir.Constant(ty, None)])
+                         [address, ir.Constant(I32, buf.dtype.itemsize), mask,
+                          ir.Constant(ty, None)])
         return self.b.trunc(val, llvm_type(np.bool_, lanes)) if buf.dtype == np.bool_ else val
 
     def _strided_load(self, e: L.VLoad):
         """The run of lanes * stride elements up to the last one a lane takes (a masked
         load), then its every stride-th element."""
         run = e.lanes * e.stride
-        val = self._masked_load(e.buf, e.index, run, ((e.valid or e.lanes) - 1) * e.stride + 1)
+        val = self._masked_load(e.buf, self.address(e.buf, e.index), run,
+                                _lane_mask(run, ((e.valid or e.lanes) - 1) * e.stride + 1))
         picks = ir.Constant(ir.VectorType(I32, e.lanes), [k * e.stride for k in range(e.lanes)])
         return self.b.shuffle_vector(val, ir.Constant(val.type, None), picks)
 

@@ -130,6 +130,16 @@ class Buf:
                          stride, first)
         return VLoad(self, as_expr(i), lanes, valid, stride)
 
+    def vec_lanes(self, i, mask: tuple[bool, ...]) -> Expr:
+        """Elements i .. i + len(mask) - 1 as one vector, reading only the lanes whose mask
+        entry is true (the others are 0 and may lie outside the buffer, before or after)."""
+        lanes = len(mask)
+        if all(mask):
+            return VLoad(self, as_expr(i), lanes)
+        if not any(mask[mask.index(False):]):  # a prefix: the plain masked load
+            return VLoad(self, as_expr(i), lanes, mask.index(False))
+        return VLoad(self, as_expr(i), lanes, mask=tuple(bool(m) for m in mask))
+
     __hash__ = object.__hash__
 
 
@@ -228,13 +238,15 @@ class VLoad(Expr):
     With `stride` s > 1, the elements index, index + s, ...: whole vectors of the run
     loaded and shuffled, never reading past the last element a lane takes. With `shift`,
     the vector moves up by that many lanes (zeros below): Buf.vec's lanes from `first` on,
-    loaded from their first element so that no address lies before it."""
+    loaded from their first element so that no address lies before it. With `mask`, only
+    the lanes it marks are read (Buf.vec_lanes), whatever the others' addresses."""
     buf: "Buf"
     index: Expr
     lanes: int
     valid: int | None = None
     stride: int = 1
     shift: int = 0
+    mask: tuple[bool, ...] | None = None
 
     @property
     def dtype(self):

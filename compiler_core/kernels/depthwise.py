@@ -11,6 +11,9 @@ partial last one are static code whose taps read only their in-bounds lanes (mas
 loads, kept inside the row). With stride 2 a tap is a strided vector load (ir/loops.VLoad:
 a run loaded whole and shuffled), as LLVM's loop vectorizer left rows of 14 or 7 outputs
 scalar and summed the taps across lanes.
+Small planes of stride 1 whose rows fill few lanes go flat instead (DepthwiseSchedule.flat):
+the plane as one run of vectors, each tap a load whose lanes are masked where the tap falls
+outside the plane (a 7x7 plane in 4 vectors of 16 lanes instead of 7 rows of one).
 The generic path (ConvPad, then an implicit GEMM of one row per group) wrote the whole
 input once more and ran at about 20 GFLOP/s.
 """
@@ -29,6 +32,10 @@ from .schedule import default_rule, search_space
 # threads a 5x5 over 672 channels at 7x7 (1.7 MFLOP) took 78 us on one thread.
 PARALLEL_MIN_TAP_FLOPS = PARALLEL_MIN_FLOPS // 4
 
+# The flat path's code is static per vector and tap: at most this many taps' loads per
+# plane (a 14x14 plane in 16 lanes with 5x5 taps is 13 x 25).
+FLAT_MAX_LOADS = 400
+
 
 @dataclass(frozen=True)
 class DepthwiseSchedule:
@@ -36,6 +43,9 @@ class DepthwiseSchedule:
     # cycles on each; two were best in all on znver4 (four on 7x7 planes, two on 28x28)
     accumulators: int
     parallel: bool  # planes split over the threads (only where there are several)
+    # the plane as one run of vectors, a tap's lanes masked where they cross a row's end
+    # (stride 1, same-size planes): rows shorter than a vector fill its lanes
+    flat: bool = False
 
 
 def _planes(node) -> int:
@@ -43,17 +53,33 @@ def _planes(node) -> int:
     return node.outputs[0].shape[0] * node.outputs[0].shape[1]
 
 
+def flat_fits(node, lanes: int) -> bool:
+    """Whether the flat path applies and needs fewer vectors than rows of vectors do."""
+    H, W = node.inputs[0].shape[2:]
+    OH, OW = node.outputs[0].shape[2:]
+    KH, KW = node.attrs["kernel_shape"]
+    if tuple(node.attrs["strides"]) != (1, 1) or (OH, OW) != (H, W):
+        return False
+    vectors = -(-H * W // lanes)
+    return vectors < H * -(-W // lanes) and vectors * KH * KW <= FLAT_MAX_LOADS
+
+
 @default_rule("DepthwiseConv")
 def default_depthwise_schedule(node, spec) -> DepthwiseSchedule:
     KH, KW = node.attrs["kernel_shape"]
     flops = 2 * node.outputs[0].size * KH * KW
-    return DepthwiseSchedule(2, flops >= PARALLEL_MIN_TAP_FLOPS and _planes(node) > 1)
+    # AVX-512's masked loads cost what plain ones do; AVX2's (vmaskmovps) more, and its
+    # 8 lanes gain less: a choice left to the tuner there
+    flat = spec.vector_bits >= 512 and flat_fits(node, spec.vector_bits // 32)
+    return DepthwiseSchedule(2, flops >= PARALLEL_MIN_TAP_FLOPS and _planes(node) > 1, flat)
 
 
 @search_space("DepthwiseConv")
 def depthwise_space(node, spec) -> list[DepthwiseSchedule]:
     splits = (True, False) if _planes(node) > 1 else (False,)
-    return [DepthwiseSchedule(acc, par) for par in splits for acc in (1, 2, 3, 4)]
+    flats = (True, False) if flat_fits(node, spec.vector_bits // 32) else (False,)
+    return [DepthwiseSchedule(acc, par, flat) for flat in flats for par in splits
+            for acc in (1, 2, 3, 4)]
 
 
 def inside_range(n: int, k: int, s: int, pad: int, out: int) -> tuple[int, int]:
@@ -86,6 +112,9 @@ def lower_depthwise_conv(node, kb, ins, outs):
                 for i in range(KH)]
         b = kb.local(y.dtype, bias[c], "bias") if bias is not None else None
         plane = _Plane(node, kb, (x, y, residual), nc, taps, b, sched.accumulators)
+        if sched.flat:
+            plane.flat()
+            return
         lo, hi = inside_range(H, KH, sh, ph, OH)
         for oh in [*range(lo), *range(hi, OH)]:
             plane.row(as_expr(oh), valid_taps(oh, H, KH, sh, ph))
@@ -130,6 +159,32 @@ class _Plane:
         inside = [t for t in range(width) if 0 <= (ow0 + t) * self.sw + j - self.pw < W]
         return (inside[0], inside[-1] + 1) if inside else (0, 0)
 
+    def flat(self):
+        """The plane as one run of vectors: tap (i, j) of output p reads input p + (i - ph)
+        * W + (j - pw), in the lanes whose row and column it keeps inside the plane. The
+        stores come after all the loads: a load matching an earlier store's address in its
+        low 12 bits waits for it, and taps reach back across the plane (MobileNetV3's
+        960-channel 7x7 planes, output 256 bytes below the input modulo 4 KB: 92 -> 42 us)."""
+        n, lanes = self.x.shape[2] * self.x.shape[3], self.kb.lanes(self.y.dtype)
+        values = [self.kb.local(self.y.dtype, self.sum_taps(self._flat_taps(p0, lanes), lanes),
+                                "v", lanes) for p0 in range(0, n, lanes)]
+        for p0, v in zip(range(0, n, lanes), values):
+            self.finish(Get(v), self.nc * n + p0, lanes, min(lanes, n - p0))
+
+    def _flat_taps(self, p0: int, lanes: int) -> list:
+        """[(i, j, the vector tap (i, j) reads for outputs p0 ..)] of the taps with a lane
+        inside the plane."""
+        H, W = self.x.shape[2:]
+        n, loads = H * W, []
+        for i, row in enumerate(self.taps):
+            for j in range(len(row)):
+                mask = tuple(p < n and 0 <= p // W + i - self.ph < H
+                             and 0 <= p % W + j - self.pw < W for p in range(p0, p0 + lanes))
+                if any(mask):
+                    at = self.nc * n + p0 + (i - self.ph) * W + (j - self.pw)
+                    loads.append((i, j, self.x.vec_lanes(at, mask)))
+        return loads
+
     def vector(self, oh, ow, taps: dict, lanes: int, width: int):
         """y[n, c, oh, ow .. ow + width - 1] from the taps {(i, j): lanes [a, b) to read},
         through the epilogue."""
@@ -137,18 +192,26 @@ class _Plane:
         H, W = x.shape[2:]
         OH, OW = y.shape[2:]
         x_row = (self.nc * H + oh * self.sh - self.ph) * W + ow * self.sw - self.pw
+        loads = [(i, j, x.vec(x_row + (i * W + j), lanes, b, self.sw, a))
+                 for (i, j), (a, b) in taps.items() if a < b]
+        self.finish(self.sum_taps(loads, lanes), (self.nc * OH + oh) * OW + ow, lanes, width)
+
+    def sum_taps(self, loads: list, lanes: int):
+        """The sum of weight (i, j) times its vector over `loads` [(i, j, vector)], in the
+        schedule's independent chains."""
         sums = [None] * self.accumulators
-        for k, ((i, j), (a, b)) in enumerate((t, r) for t, r in taps.items() if r[0] < r[1]):
-            tap = x.vec(x_row + (i * W + j), lanes, b, self.sw, a)
+        for k, (i, j, tap) in enumerate(loads):
             term = broadcast(Get(self.taps[i][j]), lanes) * tap
             acc = sums[k % self.accumulators]
             sums[k % self.accumulators] = term if acc is None else acc + term
         live = [acc for acc in sums if acc is not None]
-        value = sum(live[1:], live[0]) if live else broadcast(as_expr(0.0, y.dtype), lanes)
+        return sum(live[1:], live[0]) if live else broadcast(as_expr(0.0, self.y.dtype), lanes)
+
+    def finish(self, value, out, lanes: int, width: int):
+        """Bias, residual and activation on `value`, stored to y from flat index `out`."""
         if self.bias is not None:
             value = value + broadcast(Get(self.bias), lanes)
-        out = (self.nc * OH + oh) * OW + ow
         valid = width if width < lanes else None
         if self.residual is not None:
             value = value + self.residual.vec(out, lanes, valid)
-        self.kb.store_flat(y, out, apply_activation(self.act, value), valid)
+        self.kb.store_flat(self.y, out, apply_activation(self.act, value), valid)

@@ -6,6 +6,7 @@ import pytest
 from onnx import helper
 
 import compiler_core as cc
+from compiler_core.codegen.target_machine import MachineSpec
 
 from .helpers import assert_matches, make_model, rand
 
@@ -100,9 +101,14 @@ def test_grouped_conv_with_two_channels_per_group_keeps_the_generic_path():
     assert "DepthwiseConv" not in {k["op"] for k in cc.compile(model).meta["kernels"]}
 
 
-def test_every_schedule_of_the_search_space_is_correct(monkeypatch):
-    """The autotuner's candidates (chains of taps, planes split or not) all match ORT, at
-    one and two threads."""
+FLAT_MODEL = (8, 6, 6, 5, 1, {"pads": [2, 2, 2, 2]})  # in fewer vectors flat, in 8 or 16 lanes
+
+
+@pytest.mark.parametrize("case,flat", [((24, 13, 21, 5, 1, {"pads": [2, 2, 2, 2]}), False),
+                                       (FLAT_MODEL, True)])
+def test_every_schedule_of_the_search_space_is_correct(case, flat, monkeypatch):
+    """The autotuner's candidates (chains of taps, planes split or not, flat planes where
+    they fit) all match ORT, at one and two threads, with a residual and an activation."""
     import tempfile
 
     from compiler_core.codegen.target_machine import host_spec
@@ -111,11 +117,13 @@ def test_every_schedule_of_the_search_space_is_correct(monkeypatch):
     from compiler_core.kernels.depthwise import DepthwiseSchedule, depthwise_space
 
     from .helpers import ort_run
-    model, _ = _model(24, 13, 21, 5, 1, {"pads": [2, 2, 2, 2]}, after=("Relu",))
-    feeds = {"x": rand(1, 24, 13, 21)}
+    model, out_shape = _model(*case, after=("HardSwish",), residual=True)
+    c, h, w = case[:3]
+    feeds = {"x": rand(1, c, h, w), "r": rand(*out_shape, seed=3)}
     node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
     space = depthwise_space(node, host_spec())
-    assert DepthwiseSchedule(2, True) in space and len(space) == 8
+    assert DepthwiseSchedule(2, True) in space and len(space) == 8 * (1 + flat)
+    assert any(s.flat for s in space) == flat
     expected = next(iter(ort_run(model, feeds).values()))
     for sched in space:
         monkeypatch.setitem(schedule.DEFAULTS, "DepthwiseConv", lambda n, spec, s=sched: s)
@@ -124,3 +132,21 @@ def test_every_schedule_of_the_search_space_is_correct(monkeypatch):
             for threads in (1, 2):
                 got = next(iter(cc.load(art, threads=threads).run(feeds).values()))
                 np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5, err_msg=str(sched))
+
+
+AVX512 = MachineSpec("x86_64-unknown-linux-gnu", "znver4",
+                     "+avx,+avx2,+fma,+avx512f,+avx512bw,+avx512dq,+avx512vl")
+AVX2 = MachineSpec("x86_64-unknown-linux-gnu", "znver3", "+avx,+avx2,+fma")
+
+
+@pytest.mark.parametrize("c,hw,k,stride,flat", [
+    (960, 7, 5, 1, True), (672, 14, 3, 1, True), (120, 28, 5, 1, False),  # too much code
+    (672, 14, 5, 2, False), (64, 56, 3, 1, False)])
+def test_small_planes_go_flat_on_avx512(c, hw, k, stride, flat):
+    """Flat where rows fill few of 16 lanes (a 7x7 plane: 4 vectors, not 7), not on AVX2."""
+    from compiler_core.frontend.onnx import import_model
+    from compiler_core.kernels.depthwise import default_depthwise_schedule
+    model, _ = _model(c, hw, hw, k, stride, {"pads": [k // 2] * 4})
+    node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
+    assert default_depthwise_schedule(node, AVX512).flat == flat
+    assert not default_depthwise_schedule(node, AVX2).flat

@@ -130,3 +130,27 @@ def test_pair_dot_checks_its_operands():
     q, word = kb.buf("q", np.int8, (16,)), kb.buf("word", np.int32, (1,))
     with pytest.raises(TypeError, match="int16 x 16 and int32 x 8"):
         pair_dot(cast(q.vec(0, 8), np.int16), broadcast(word.flat(0), 8))
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_lane_masked_loads_read_only_their_lanes_wherever_the_others_point(lanes):
+    """Buf.vec_lanes: lanes with holes, the vector starting before the buffer and ending past
+    it (masked-off lanes are never read), as a plain load when all lanes are on and a prefix
+    load when only the first are."""
+    kb = KernelBuilder("masked")
+    x, y = kb.buf("x", np.float32, (lanes,)), kb.buf("y", np.float32, (3, lanes))
+    holes = tuple(k % 3 != 0 for k in range(lanes))
+    kb.store_flat(y, 0, x.vec_lanes(-2, tuple(2 <= k and holes[k] for k in range(lanes))))
+    kb.store_flat(y, lanes, x.vec_lanes(3, tuple(k < lanes - 3 and holes[k]
+                                                 for k in range(lanes))))
+    kb.store_flat(y, 2 * lanes, x.vec_lanes(0, (True,) * lanes))
+    lib = KernelLibrary([kb.build()])
+    xv = np.arange(1, lanes + 1, dtype=np.float32)
+    out = np.full((3, lanes), -1, np.float32)
+    lib(0, xv, out)
+    before = [xv[k - 2] if k >= 2 and holes[k] else 0 for k in range(lanes)]
+    after = [xv[k + 3] if k < lanes - 3 and holes[k] else 0 for k in range(lanes)]
+    np.testing.assert_array_equal(out, [before, after, xv])
+    assert x.vec_lanes(0, (True,) * lanes).valid is None
+    assert x.vec_lanes(0, (True,) * 3 + (False,) * (lanes - 3)).valid == 3
+    assert x.vec_lanes(0, holes).mask == holes
