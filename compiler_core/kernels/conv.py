@@ -309,10 +309,39 @@ def skinny_schedule(node, spec, tiles: GemmTiles, vectors: int = 0, blocks: int 
     panels = -(-shape.M // (lanes * vectors))
     parallel = (2 * shape.M * shape.N * shape.K * pieces >= PARALLEL_MIN_FLOPS
                 or 4 * shape.M * shape.K * pieces >= PARALLEL_MIN_WEIGHT_BYTES)
+    if parallel and not blocks and pieces == 1:
+        while vectors > 1 and _two_thread_share(panels) > FEW_BLOCKS_MAX_SHARE:
+            vectors //= 2  # halves of an odd few panels split evenly
+            panels = -(-shape.M // (lanes * vectors))
+        if _items_share(panels, min(panels, TARGET_ITEMS)) > FEW_BLOCKS_MAX_SHARE:
+            blocks = _even_items(panels)
     blocks = blocks or (min(panels, -(-TARGET_ITEMS // pieces)) if parallel else 1)
-    blocks = -(-panels // -(-panels // blocks))  # items of equal numbers of panels
+    blocks = _equal_items(panels, blocks)
     return ConvSchedule(tiles, "rows", blocks, parallel and pieces * blocks > 1, lanes, vectors,
                         row_tile(row, vectors, spec.vector_registers))
+
+
+def _equal_items(panels: int, items: int) -> int:
+    """How many items of equal numbers of panels (the last may have fewer) `items` gives."""
+    return -(-panels // -(-panels // items))
+
+
+def _items_share(panels: int, items: int) -> float:
+    """The larger of two threads' shares of `panels` cut into `items` equal items."""
+    size = -(-panels // items)
+    first = -(-_equal_items(panels, items) // 2)  # the first thread's run of items
+    return min(panels, first * size) / panels
+
+
+def _two_thread_share(panels: int) -> float:
+    return min(_items_share(panels, n) for n in range(1, panels + 1))
+
+
+def _even_items(panels: int) -> int:
+    """Items of whole panels that two threads share most evenly, as near TARGET_ITEMS as
+    that allows (5 panels go 3 | 2 at best; 10 panels in 10 items, not 5 of 2)."""
+    return min(range(1, panels + 1), key=lambda n: (_items_share(panels, n),
+                                                    abs(_equal_items(panels, n) - TARGET_ITEMS)))
 
 
 # Items of whole columns each stream all the weights: only where they are few, and each

@@ -57,6 +57,7 @@ CASES = {
     "depthwise": dict(n=1, c=64, oc=64, hw=24, k=3, group=64),
     "few columns, many channels": dict(n=1, c=256, oc=256, hw=5, k=3),
     "one pixel, many weights (squeeze-excite)": dict(n=1, c=240, oc=960, hw=1, k=1),
+    "7x7, an odd few channel panels halved": dict(n=1, c=320, oc=160, hw=7, k=1),
     "1x1, input packed into panels": dict(n=1, c=40, oc=96, hw=13, k=1),
     "3x3 strided, input packed, batch of 2": dict(n=2, c=16, oc=64, hw=31, k=3, stride=2,
                                                  residual=True),
@@ -136,6 +137,24 @@ def test_default_split_balances_two_threads(c, oc, hw):
     run = -(-count // 2)
     assert max(sum(items[:run]), sum(items[run:])) <= 0.55 * sum(items), sched
     assert not (sched.split == "rows" and sched.pack and count > 4), sched
+
+
+@pytest.mark.parametrize("isa,c,oc,hw,k", [
+    ("avx512", 960, 160, 7, 1), ("avx512", 128, 32, 7, 3), ("avx512", 160, 960, 7, 1),
+    ("avx512", 672, 168, 1, 1), ("avx512", 960, 240, 1, 1), ("avx2", 672, 168, 1, 1),
+    ("avx2", 960, 240, 1, 1)])
+def test_channel_panels_split_evenly_over_two_threads(isa, c, oc, hw, k):
+    """Items of whole panels of output channels (MobileNetV3's 960 -> 160 at 7x7 went in 5
+    panels of 32, 3 | 2 over two threads; DenseNet's 128 -> 32 3x3s in one, on one)."""
+    spec = MachineSpec("x86_64-unknown-linux-gnu", "znver3" if isa == "avx2" else "znver4",
+                       AVX2 if isa == "avx2" else AVX512)
+    sched = default_conv_schedule(conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=k)), spec)
+    assert sched.lanes and sched.parallel, sched
+    panels = -(-oc // (sched.lanes * sched.vectors))
+    size = -(-panels // sched.blocks)
+    items = [min(size, panels - i * size) for i in range(-(-panels // size))]
+    run = -(-len(items) // 2)
+    assert max(sum(items[:run]), sum(items[run:])) <= 0.55 * panels, sched
 
 
 AVX2 = "+avx,+avx2,+fma,+f16c"
