@@ -5,9 +5,9 @@ Per (image, channel) plane, output rows whose window stays inside the input are 
 and the few others (top and bottom) static code with only their in-bounds kernel rows.
 Each row goes in vectors of output columns (the target's lanes), all K*K taps accumulated
 in registers with the weights broadcast, in independent chains (DepthwiseSchedule: how
-many, and whether planes split over the threads, are the autotuner's knobs): the vectors
-whose taps all lie inside the row are one loop without checks; the edge vectors and a
-partial last one are static code whose taps read only their in-bounds lanes (masked
+many, whether planes split over the threads and whether small planes go flat, below, are
+the autotuner's knobs): the vectors whose taps all lie inside the row are one loop without
+checks; the edge vectors and a partial last one are static code whose taps read only their in-bounds lanes (masked
 loads, kept inside the row). With stride 2 a tap is a strided vector load (ir/loops.VLoad:
 a run loaded whole and shuffled), as LLVM's loop vectorizer left rows of 14 or 7 outputs
 scalar and summed the taps across lanes.
@@ -68,8 +68,8 @@ def flat_fits(node, lanes: int) -> bool:
 def default_depthwise_schedule(node, spec) -> DepthwiseSchedule:
     KH, KW = node.attrs["kernel_shape"]
     flops = 2 * node.outputs[0].size * KH * KW
-    # AVX-512's masked loads cost what plain ones do; AVX2's (vmaskmovps) more, and its
-    # 8 lanes gain less: a choice left to the tuner there
+    # measured on AVX-512 only, where masked loads cost what plain ones do; AVX2's 8
+    # lanes gain less (a 7x7 plane takes 7 vectors either way): the tuner's choice there
     flat = spec.vector_bits >= 512 and flat_fits(node, spec.vector_bits // 32)
     return DepthwiseSchedule(2, flops >= PARALLEL_MIN_TAP_FLOPS and _planes(node) > 1, flat)
 
@@ -100,10 +100,8 @@ def lower_depthwise_conv(node, kb, ins, outs):
     strides, pads_begin, activation (kernels/epilogue.py)."""
     x, w, bias, residual = (ins + [None])[:4]
     y = outs[0]
-    N, C, H, _ = x.shape
-    OH = y.shape[2]
+    N, C = x.shape[:2]
     KH, KW = node.attrs["kernel_shape"]
-    sh, ph = node.attrs["strides"][0], node.attrs["pads_begin"][0]
     sched = node.schedule
     kind = "parallel" if sched.parallel else "serial"
     with kb.loop(N * C, kind=kind, name="plane") as nc:
@@ -114,13 +112,8 @@ def lower_depthwise_conv(node, kb, ins, outs):
         plane = _Plane(node, kb, (x, y, residual), nc, taps, b, sched.accumulators)
         if sched.flat:
             plane.flat()
-            return
-        lo, hi = inside_range(H, KH, sh, ph, OH)
-        for oh in [*range(lo), *range(hi, OH)]:
-            plane.row(as_expr(oh), valid_taps(oh, H, KH, sh, ph))
-        if hi > lo:
-            with kb.loop(hi, start=lo, name="oh") as oh:
-                plane.row(oh, list(range(KH)))
+        else:
+            plane.rows()
 
 
 class _Plane:
@@ -132,6 +125,17 @@ class _Plane:
         self.taps, self.bias = taps, bias
         self.act = node.attrs.get("activation")
         (self.sh, self.sw), (self.ph, self.pw) = node.attrs["strides"], node.attrs["pads_begin"]
+
+    def rows(self):
+        """Output rows whose window stays inside the input in a loop, the others (top and
+        bottom) static with their in-bounds kernel rows only."""
+        H, OH, KH = self.x.shape[2], self.y.shape[2], len(self.taps)
+        lo, hi = inside_range(H, KH, self.sh, self.ph, OH)
+        for oh in [*range(lo), *range(hi, OH)]:
+            self.row(as_expr(oh), valid_taps(oh, H, KH, self.sh, self.ph))
+        if hi > lo:
+            with self.kb.loop(hi, start=lo, name="oh") as oh:
+                self.row(oh, list(range(KH)))
 
     def row(self, oh, rows: list[int]):
         """Output row oh (an Expr) from the kernel rows `rows` (the in-bounds ones), in
