@@ -230,9 +230,8 @@ class KernelLowering:
         if e.stride > 1:
             return self._strided_load(e)
         if e.mask is not None:  # its masked-off lanes may lie outside buf: no inbounds
-            mask = ir.Constant(ir.VectorType(I1, e.lanes), [int(m) for m in e.mask])
             return self._masked_load(e.buf, self.address(e.buf, e.index, inbounds=False),
-                                     e.lanes, mask)
+                                     e.lanes, _mask(e.mask))
         if e.valid is None:
             return self._load(e.buf, e.index, e.lanes)
         return self._masked_load(e.buf, self.address(e.buf, e.index), e.lanes,
@@ -480,7 +479,11 @@ class KernelLowering:
 
 
 def _lane_mask(lanes: int, valid: int) -> ir.Constant:
-    return ir.Constant(ir.VectorType(I1, lanes), [int(k < valid) for k in range(lanes)])
+    return _mask([k < valid for k in range(lanes)])
+
+
+def _mask(bits) -> ir.Constant:
+    return ir.Constant(ir.VectorType(I1, len(bits)), [int(b) for b in bits])
 
 
 def _mem_suffix(dtype, lanes: int) -> str:

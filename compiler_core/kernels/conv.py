@@ -310,7 +310,7 @@ def skinny_schedule(node, spec, tiles: GemmTiles, vectors: int = 0, blocks: int 
     parallel = (2 * shape.M * shape.N * shape.K * pieces >= PARALLEL_MIN_FLOPS
                 or 4 * shape.M * shape.K * pieces >= PARALLEL_MIN_WEIGHT_BYTES)
     if parallel and not blocks and pieces == 1:
-        while vectors > 1 and _two_thread_share(panels) > FEW_BLOCKS_MAX_SHARE:
+        while vectors > 1 and _items_share(panels, _even_items(panels)) > FEW_BLOCKS_MAX_SHARE:
             vectors //= 2  # halves of an odd few panels split evenly
             panels = -(-shape.M // (lanes * vectors))
         if _items_share(panels, min(panels, TARGET_ITEMS)) > FEW_BLOCKS_MAX_SHARE:
@@ -328,13 +328,14 @@ def _equal_items(panels: int, items: int) -> int:
 
 def _items_share(panels: int, items: int) -> float:
     """The larger of two threads' shares of `panels` cut into `items` equal items."""
-    size = -(-panels // items)
-    first = -(-_equal_items(panels, items) // 2)  # the first thread's run of items
-    return min(panels, first * size) / panels
+    size, count = -(-panels // items), _equal_items(panels, items)
+    return _larger_run([size] * (count - 1) + [panels - (count - 1) * size]) / panels
 
 
-def _two_thread_share(panels: int) -> float:
-    return min(_items_share(panels, n) for n in range(1, panels + 1))
+def _larger_run(sizes: list[int]) -> int:
+    """The larger of the two contiguous runs of items that two threads take."""
+    half = -(-len(sizes) // 2)
+    return max(sum(sizes[:half]), sum(sizes[half:]))
 
 
 def _even_items(panels: int) -> int:
@@ -375,8 +376,7 @@ def _few_column_blocks(shape: GemmShape, nr: int) -> int:
         size, count, last = split_blocks(ConvSchedule(GemmTiles(1, nr, 1, 1), "columns", blocks),
                                          shape)
         sizes = [size] * (count - 1) + [last]
-        half = -(-count // 2)
-        if count >= 2 and max(sum(sizes[:half]), sum(sizes[half:])) <= FEW_BLOCKS_MAX_SHARE * shape.N:
+        if count >= 2 and _larger_run(sizes) <= FEW_BLOCKS_MAX_SHARE * shape.N:
             return blocks
     return 0
 
