@@ -13,7 +13,11 @@ measurement goes to the records store as it arrives.
 Then each tuned workload's best is timed again against the default in one child (the best of
 many noisy timings is flattered by the noise): a schedule's time is its latest measurement,
 so these head-to-heads decide, in this compile and whenever the records are reused. They
-count as trials, on top of a trials budget; a seconds budget keeps CONFIRM_SHARE for them.
+count as trials, on top of a trials budget. A seconds budget is a limit, not a start line:
+a batch starts only while one as long as the mean batch so far still ends within the
+search's share of it (1 - CONFIRM_SHARE), and the head-to-heads go in order of the time
+they may save while one as long as the longest so far still fits; a best left
+unconfirmed is chosen on its search timing (the kernel's summary says `confirmed: false`).
 
 Slots: `run` times a batch here; each of `slots` times batches elsewhere (in the service,
 another worker on the same hardware: tune/slots.py). Every slot is a thread that takes the
@@ -68,6 +72,7 @@ class Workload:
     done: bool = False
     pending: set = field(default_factory=set)  # candidates in flight
     in_flight: int = 0            # batches in flight
+    confirmed: bool = False       # the choice stands after a head-to-head with the default
     prologue: list = field(default_factory=list)  # builder.BuildTask.prologue
 
     @property
@@ -137,7 +142,9 @@ class Tuner:
         self._lock = threading.Condition()   # the tuner's state, shared by the slots
         self._local = threading.Lock()       # one batch at a time on this machine's cores
         self._failed: BaseException | None = None
-        self._closed, self._longest = False, 0.0   # slots abandoned; slowest batch (s)
+        self._closed = False                  # slots abandoned
+        self._batch_seconds: list[float] = []    # how long each batch took, any slot
+        self._confirm_seconds: list[float] = []  # how long each head-to-head took
         self.measured_by: Counter = Counter()
         self.slot_failures: list[str] = []       # what went wrong with other slots
         self.workloads: list[Workload] = []
@@ -152,8 +159,7 @@ class Tuner:
         started = time.monotonic()
         if self.measure:
             self._spend(started)
-            for w in self.workloads:
-                self._confirm(w)
+            self._confirm_all(started)
         self.seconds = time.monotonic() - started
         for w in self.workloads:
             self._apply(w)
@@ -187,8 +193,15 @@ class Tuner:
         r = self.request
         pending = sum(len(w.pending) for w in self.workloads)
         return bool((r.trials is not None and self.trials + pending >= r.trials)
-                    or (r.seconds is not None
-                        and time.monotonic() - started >= r.seconds * (1 - CONFIRM_SHARE)))
+                    or (r.seconds is not None and not self._fits(
+                        self._mean_batch(), started + r.seconds * (1 - CONFIRM_SHARE))))
+
+    @staticmethod
+    def _fits(step_seconds: float, deadline: float) -> bool:
+        return time.monotonic() + step_seconds <= deadline
+
+    def _mean_batch(self) -> float:
+        return sum(self._batch_seconds) / len(self._batch_seconds) if self._batch_seconds else 0.0
 
     def _pick(self) -> Workload | None:
         """The workload with most time per trial spent or in flight; one whose default is
@@ -215,7 +228,7 @@ class Tuner:
         for t in threads:
             t.start()
         threads[0].join()  # the local slot stops when the budget or the work runs out
-        grace = time.monotonic() + max(GRACE_SECONDS, 3 * self._longest)
+        grace = time.monotonic() + max(GRACE_SECONDS, 3 * max(self._batch_seconds, default=0))
         for t in threads[1:]:
             t.join(max(0.0, grace - time.monotonic()))
         with self._lock:  # a slot still out is abandoned: its answer is dropped
@@ -250,7 +263,7 @@ class Tuner:
             with self._lock:
                 if self._closed:
                     return
-                self._longest = max(self._longest, time.monotonic() - began)
+                self._batch_seconds.append(time.monotonic() - began)
                 self._finish_batch(w, task, fresh, measured)
                 self._progress(w, started)
                 self._lock.notify_all()
@@ -324,7 +337,14 @@ class Tuner:
         w.since_gain = 0 if gained or before is None else w.since_gain + count
         w.done = w.since_gain >= PATIENCE or len(w.tried) >= len(w.space)
 
-    def _confirm(self, w: Workload) -> None:
+    def _confirm_all(self, started: float) -> None:
+        """Head-to-heads, the workloads that may save the most time first."""
+        r = self.request
+        deadline = started + r.seconds if r.seconds is not None else float("inf")
+        for w in sorted(self.workloads, key=_possible_saving, reverse=True):
+            self._confirm(w, deadline)
+
+    def _confirm(self, w: Workload, deadline: float) -> None:
         """The best candidate against the default once more, in one child: the fastest of
         many noisy timings is flattered by the noise (the winner's curse), so the choice
         rests on this head-to-head, which also becomes both schedules' latest record."""
@@ -332,14 +352,21 @@ class Tuner:
         for _ in range(CONFIRM_ROUNDS):  # the next best may now lead on a lucky timing
             best = w.best
             if w.source != "tuned" or best is None or best.schedule in confirmed | {w.space[0]}:
-                return
+                break
+            # head-to-heads of big kernels take twice as long as small ones': the longest
+            # so far keeps the last one within the budget
+            if not self._fits(max(self._confirm_seconds, default=self._mean_batch()), deadline):
+                break
             task = BuildTask(w.nodes[0], [w.space[0], best.schedule], self.spec, self.opt_level,
                              w.checked, self.request.threads, self.weight_dtype, w.prologue)
+            began = time.monotonic()
             with self._local:
                 measured = self.run_batch(task)
+            self._confirm_seconds.append(time.monotonic() - began)
             for m in measured:
                 self._record(w, m)
             confirmed.add(best.schedule)
+        w.confirmed = bool(confirmed) and w.best.schedule in confirmed | {w.space[0]}
 
     # ---------------------------------------------------------------- results
 
@@ -386,7 +413,14 @@ class Tuner:
                 "trials": w.trials,
                 "default_ms": _ms(w.default_seconds),
                 "chosen_ms": _ms(m.seconds if m and m.ok else None),
-                "schedule": schedule_fields(chosen), "default": chosen == w.space[0]}
+                "schedule": schedule_fields(chosen), "default": chosen == w.space[0],
+                "confirmed": w.confirmed}
+
+
+def _possible_saving(w: Workload) -> float:
+    """Seconds per model run the best would save over the default, by the search's timings."""
+    best, default = w.best, w.default_seconds
+    return (default - best.seconds) * len(w.nodes) if best and default else 0.0
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -89,6 +89,18 @@ def test_a_trials_budget_is_kept_with_batches_in_flight(tmp_path, no_early_stop)
     assert 40 <= tuner.summary()["trials"] <= 40 + confirmations
 
 
+def test_a_seconds_budget_is_a_limit(tmp_path, no_early_stop):
+    """No batch or head-to-head starts that would end past the budget: batches of 0.2 s in
+    1.1 s end at 0.2, 0.4, 0.6, 0.8 (one more would pass the search's 0.99 s), then one
+    head-to-head ends at 1.0 (a second would end at 1.2)."""
+    tuner = tune(TuningRequest(seconds=1.1), tmp_path, FakeMeasurer(sleep=0.2))
+    summary = tuner.summary()
+    assert summary["seconds"] <= 1.1
+    assert summary["trials"] == 4 * 8 + 2   # the first batch's reference counts, no other
+    (kernel,) = summary["kernels"]
+    assert kernel["confirmed"] and not kernel["default"]
+
+
 def test_a_failing_slot_is_measured_locally_and_retires(tmp_path, no_early_stop):
     class Lost:
         calls = 0
