@@ -157,6 +157,12 @@ class KernelLowering:
             return
         self.b.store(val, ptr, align=s.buf.dtype.itemsize)
 
+    def s_Prefetch(self, s: L.Prefetch):
+        # llvm.prefetch's locality 3 is the closest cache (x86 prefetcht0), 2 the next
+        ptr = self.address(s.buf, s.index, inbounds=False)
+        self._call("llvm.prefetch.p0", ir.VoidType(),
+                   [ptr, ir.Constant(I32, 0), ir.Constant(I32, 4 - s.level), ir.Constant(I32, 1)])
+
     def s_If(self, s: L.If):
         cond = self.expr(s.cond)
         if s.orelse:

@@ -348,6 +348,15 @@ class Store:
 
 
 @dataclass(eq=False)
+class Prefetch:
+    """A hint to bring buf's element at `index` into the cache (`level` 1: L1, 2: L2) for a
+    later read; it never faults, so it may point past the end of buf."""
+    buf: Buf
+    index: Expr
+    level: int = 2
+
+
+@dataclass(eq=False)
 class If:
     cond: Expr
     then: list
@@ -575,6 +584,9 @@ class KernelBuilder:
 
     def store_flat(self, buf: Buf, i, value, valid: int | None = None) -> None:
         self.store(buf, as_expr(i), value, valid)
+
+    def prefetch(self, buf: Buf, i, level: int = 2) -> None:
+        self.emit(Prefetch(buf, as_expr(i), level))
 
     def local(self, dtype, init, name="acc", lanes: int = 1) -> Local:
         """A mutable variable; `lanes` > 1 makes it a vector (a scalar init is splatted)."""

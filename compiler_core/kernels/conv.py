@@ -29,8 +29,8 @@ from .elementwise import loop_kind
 from .epilogue import apply_activation, is_heavy
 from .matmul import (MAX_MR, SMALL_N, GemmShape, GemmTiles, Operand, Output, default_tiles,
                      emit_gemm, l2_columns)
-from .conv_skinny import (MAX_VECTORS, SKINNY_COLUMNS, emit_skinny_gemm, output_rows, row_tile,
-                          skinny_vectors)
+from .conv_skinny import (MAX_VECTORS, SKINNY_COLUMNS, emit_skinny_gemm, output_rows, plane_rows,
+                          row_tile, skinny_vectors)
 from .registry import lowering
 from .schedule import default_rule, search_space
 
@@ -302,7 +302,7 @@ def skinny_schedule(node, spec, tiles: GemmTiles, vectors: int = 0, blocks: int 
     of whole panels per image and group (by default enough for TARGET_ITEMS)."""
     shape, pieces = conv_gemm_shape(node)
     lanes = spec.vector_bits // 32
-    row = node.outputs[0].shape[-1]
+    out_spatial = node.outputs[0].shape[2:]
     if not vectors:
         vectors = (skinny_vectors(shape.N, shape.M, lanes, spec.vector_registers)
                    if shape.N < SKINNY_COLUMNS else min(2, -(-shape.M // lanes)))
@@ -318,7 +318,8 @@ def skinny_schedule(node, spec, tiles: GemmTiles, vectors: int = 0, blocks: int 
     blocks = blocks or (min(panels, -(-TARGET_ITEMS // pieces)) if parallel else 1)
     blocks = _equal_items(panels, blocks)
     return ConvSchedule(tiles, "rows", blocks, parallel and pieces * blocks > 1, lanes, vectors,
-                        row_tile(row, vectors, spec.vector_registers))
+                        row_tile(plane_rows(out_spatial), out_spatial[-1], vectors,
+                                 spec.vector_registers))
 
 
 def _equal_items(panels: int, items: int) -> int:

@@ -7,7 +7,8 @@ Register-tiling along the positions (kernels/matmul.py) would leave the vector l
 partly empty, and one dot product per output re-reads each weight row per column and
 gathers the input through the tap table. Here the roles turn around: the vector lanes run
 over output channels, the rows of the register tile are output positions, a piece of one
-output row at a time (so no wide columns are computed):
+output row at a time, or whole rows of a plane whose rows are short (so no wide columns are
+computed):
 
     for each k:  w[j] = W[oc0 + j * lanes : + lanes, k]            (one vector load each)
                  x[p] = broadcast(xq[koff[k] + q0 + p])            p < positions
@@ -30,7 +31,7 @@ from typing import Callable
 import numpy as np
 
 from ..ir.loops import INDEX, Expr, Get, as_expr, extract, logical_and, minimum
-from .microkernel import Tile, TileOperands, emit_tile
+from .microkernel import PREFETCH_BYTES, Tile, TileOperands, emit_tile
 
 # Below this many columns the column-tiled GEMM fills its vectors poorly: measured on
 # Silero VAD's STFT over 8 frames (5 columns each), 30 GFLOP/s tiled, <10 us here.
@@ -48,9 +49,16 @@ def skinny_vectors(columns: int, rows: int, lanes: int, registers: int) -> int:
     return max(1, min(MAX_VECTORS, fit, -(-rows // lanes)))
 
 
-def row_tile(row_width: int, vectors: int, registers: int) -> int:
-    """Positions per tile along an output row: as many as fit beside `vectors` vectors."""
-    return max(1, min(row_width, MAX_POSITIONS, (registers - 1 - vectors) // vectors))
+def row_tile(rows: int, row_width: int, vectors: int, registers: int) -> int:
+    """Positions per tile: as many as fit beside `vectors` vectors along an output row, or
+    whole rows of a plane of `rows` rows (0: rows are not evenly spaced in the input) where
+    two or more fit. Each weight vector loaded is used once per position: on two FMA
+    ports a 7x7 plane's tiles of one row (14 accumulators) wait on the weights' stream
+    from L2; of two rows (28) they do not."""
+    fit = (registers - 1 - vectors) // vectors
+    if rows > 1 and 2 * row_width <= fit:
+        return min(rows, fit // row_width) * row_width
+    return max(1, min(row_width, MAX_POSITIONS, fit))
 
 
 def pack_skinny_weights(w: np.ndarray, group: int, width: int) -> np.ndarray:
@@ -67,10 +75,12 @@ def pack_skinny_weights(w: np.ndarray, group: int, width: int) -> np.ndarray:
 class OutputRows:
     """The output positions of one (image, group), as `count` rows of `width` positions
     along the last spatial dim: row r's windows start at q_offset(r) in the q grid of xq
-    (position p of the row at q_offset(r) + p) and its outputs at r * width in the plane."""
+    (position p of the row at q_offset(r) + p) and its outputs at r * width in the plane.
+    On a plane (two spatial dims) row r + 1's windows start `q_step` after row r's."""
     count: int
     width: int
     q_offset: Callable[[Expr], Expr]
+    q_step: int | None
 
 
 def output_rows(out_spatial, q_shape) -> OutputRows:
@@ -83,7 +93,13 @@ def output_rows(out_spatial, q_shape) -> OutputRows:
             offset = offset + (rest % lead[i] if i else rest) * qstr[i]
             rest = rest // lead[i]
         return offset
-    return OutputRows(int(np.prod(lead, dtype=np.int64)), out_spatial[-1], q_offset)
+    return OutputRows(int(np.prod(lead, dtype=np.int64)), out_spatial[-1], q_offset,
+                      qstr[0] if len(lead) == 1 else None)
+
+
+def plane_rows(out_spatial) -> int:
+    """The rows a tile may span (row_tile's `rows`): a plane's, else none."""
+    return out_spatial[0] if len(out_spatial) == 2 else 0
 
 
 def row_pieces(width: int, most: int) -> tuple[int, int, int]:
@@ -104,14 +120,19 @@ def emit_skinny_gemm(kb, w, g, ocg: int, kred: int, sched, x, x_at, rows: Output
     panels, full_panels = -(-ocg // width), ocg // width
     per_item = -(-panels // sched.blocks)
     size, full, tail = row_pieces(rows.width, sched.positions)
+    span = sched.positions // rows.width if rows.q_step is not None else 1
     raw = out.heavy
 
     def tile(p, channels, r, first, count):
-        """Positions [first, first + count) of row r in one panel of `channels` real
-        output channels (the rest of its lanes are zero weights, computed and dropped)."""
+        """Positions [first, first + count) of the plane from row r on, in one panel of
+        `channels` real output channels (the rest of its lanes are zero weights, computed
+        and dropped): a piece of row r, or rows from r on when first is 0."""
         q0 = kb.local(INDEX, rows.q_offset(r) + first, "q0")
-        ops = TileOperands(x, lambda ks: x_at(ks[0]) + Get(q0), 1,
-                           w, lambda ks: ((g * panels + p) * kred + ks[0]) * width)
+        offsets = tuple(i // rows.width * (rows.q_step or 0) + i % rows.width
+                        for i in range(count))
+        ops = TileOperands(x, lambda ks: x_at(ks[0]) + Get(q0), offsets,
+                           w, lambda ks: ((g * panels + p) * kred + ks[0]) * width,
+                           PREFETCH_BYTES // w.dtype.itemsize)
 
         def finish(i, j, value):
             at = r * rows.width + first + i
@@ -123,6 +144,13 @@ def emit_skinny_gemm(kb, w, g, ocg: int, kred: int, sched, x, x_at, rows: Output
                   lambda i, j: as_expr(0.0, np.float32), finish)
 
     def panel(p, channels):
+        if span > 1:
+            with kb.loop(rows.count // span, name="rows") as t:
+                tile(p, channels, t * span, as_expr(0), span * rows.width)
+            left = rows.count % span
+            if left:
+                tile(p, channels, as_expr(rows.count - left), as_expr(0), left * rows.width)
+            return
         with kb.loop(rows.count, name="row") as r:
             if full:
                 with kb.loop(full, name="piece") as piece:

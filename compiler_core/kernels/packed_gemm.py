@@ -237,7 +237,7 @@ class _PackedGemm:
         # a reduction step reads one weight per column, or a pair of them
         per_step = s.width * (2 if self.integer else 1)
         a = self.pairs if self.integer else self.a
-        ops = TileOperands(a, lambda ks: row0 * K + ks[0], K,
+        ops = TileOperands(a, lambda ks: row0 * K + ks[0], tuple(i * K for i in range(s.mr)),
                            self.w, lambda ks: (p * K + ks[0]) * per_step)
         col0 = p * s.width
 

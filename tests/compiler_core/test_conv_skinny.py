@@ -174,3 +174,38 @@ def _evaluate(expr):
     ops = {"add": int.__add__, "mul": int.__mul__, "floordiv": int.__floordiv__,
            "mod": int.__mod__}
     return ops[expr.op](a, b)
+
+
+def test_tiles_span_whole_rows_of_a_small_plane_where_two_fit():
+    from compiler_core.kernels.conv_skinny import output_rows, row_tile
+    assert row_tile(7, 7, 2, 32) == 14      # 2 rows x 2 vectors: 28 accumulators
+    assert row_tile(7, 7, 1, 32) == 28      # 4 rows
+    assert row_tile(3, 7, 1, 32) == 21      # no more rows than the plane has
+    assert row_tile(7, 7, 2, 16) == 6       # AVX2: a piece of one row
+    assert row_tile(0, 7, 1, 32) == 7       # a 3-d output: rows are not evenly spaced
+    assert row_tile(13, 13, 2, 32) == 12    # rows longer than half a tile
+    assert output_rows([7, 7], [10, 9]).q_step == 9
+    assert output_rows([3, 4, 5], [6, 7, 8]).q_step is None
+
+
+@pytest.mark.parametrize("case", ["5x5 at 7x7, channels not whole panels, relu, batch 2",
+                                  "3x3 stride 2 to 7x7 with residual"])
+def test_every_channel_vector_tile_the_tuner_offers_is_correct(case, monkeypatch):
+    """1 to 4 vectors per tile: whole rows of the plane per tile (4, 2 or 1 rows of 7
+    with 32 registers, the last tile with the rows left) or pieces of one."""
+    from compiler_core.codegen.target_machine import host_spec
+    from compiler_core.kernels import conv, schedule
+    model, feeds = conv_nd_model(**PLANE_CASES[case])
+    node = _compiled_conv(model)
+    expected = ort_run(model, feeds)["y"]
+    spans = set()
+    for vectors in range(1, 5):
+        sched = conv.skinny_schedule(node, host_spec(), node.schedule.tiles, vectors)
+        spans.add(sched.positions // 7)
+        monkeypatch.setitem(schedule.DEFAULTS, "Conv", lambda n, spec, s=sched: s)
+        with tempfile.TemporaryDirectory() as d:
+            cc.compile(model).save(d)
+            got = cc.load(d).run(feeds)["y"]
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max(),
+                                   err_msg=str(sched))
+    assert 2 in spans  # 2 rows per tile with 1 vector on AVX2, with 2 on AVX-512
