@@ -37,6 +37,10 @@ CACHE_LINE = 64  # bytes
 # rocketlake), 1 thread, weights out of the caches: 2.14 ms without, 1.65 / 1.50 / 1.48 /
 # 1.47 ms with 2 / 4 / 8 / 16 KB ahead (1.60 ms prefetching into L1).
 PREFETCH_BYTES = 8192
+# Tiles of fewer rows use each weight too few times to outrun the hardware's prefetchers,
+# and the prefetches take load slots: AlexNet's batch-1 fully connected layers (1 row)
+# ran 1.07x slower with them, BERT's MatMuls at sequence 128 (tiles of 8 rows) 0.87x.
+PREFETCH_MIN_ROWS = 4
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ def emit_tile(kb, tile: Tile, k_extents: list, ops: TileOperands,
         # B may be stored narrower (float16, int8 weights): widened in registers
         bv = [kb.local(b_type, cast(ops.b.vec(Get(b_at) + j * b_lanes, b_lanes), b_type),
                        "b", b_lanes) for j in range(nr)]
-        if ops.b_ahead:
+        if ops.b_ahead and mr >= PREFETCH_MIN_ROWS:
             for line in range(0, nr * b_lanes * ops.b.dtype.itemsize, CACHE_LINE):
                 kb.prefetch(ops.b, Get(b_at) + ops.b_ahead + line // ops.b.dtype.itemsize)
         a_at = kb.local(INDEX, ops.a_at(ks), "a_at")

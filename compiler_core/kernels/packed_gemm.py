@@ -33,7 +33,7 @@ import numpy as np
 from ..ir.loops import INT32, Expr, Get, as_expr, broadcast, call, cast, maximum, minimum, \
     reduce_lanes, select
 from .epilogue import apply_activation
-from .microkernel import Tile, TileOperands, emit_tile
+from .microkernel import PREFETCH_BYTES, Tile, TileOperands, emit_tile
 from .registry import lowering
 from .schedule import default_rule, search_space
 
@@ -238,7 +238,8 @@ class _PackedGemm:
         per_step = s.width * (2 if self.integer else 1)
         a = self.pairs if self.integer else self.a
         ops = TileOperands(a, lambda ks: row0 * K + ks[0], tuple(i * K for i in range(s.mr)),
-                           self.w, lambda ks: (p * K + ks[0]) * per_step)
+                           self.w, lambda ks: (p * K + ks[0]) * per_step,
+                           PREFETCH_BYTES // self.w.dtype.itemsize)
         col0 = p * s.width
 
         def valid(j):
