@@ -675,7 +675,7 @@ def _block_gemm(kb, sched, shape, blk, a, b, out, dtype, pack=None, a_tiled=Fals
             b_part = pack(as_expr(0), shape.N) if pack else b
             out_part = Output(out.buf, lambda m, p0: out.start(m + off, p0),
                               out.row_epilogue and (lambda m: out.finisher(m + off)), out.heavy)
-        emit_gemm(kb, part, a_part, b_part, out_part, dtype, sched.tiles, a_tiled)
+        emit_gemm(kb, part, a_part, b_part, out_part, dtype, sched.tiles, a_tiled, bool(pack))
 
     if count == 1:
         emit(as_expr(0), shape.N if sched.split == "columns" else shape.M)

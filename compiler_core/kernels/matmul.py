@@ -18,6 +18,7 @@ import numpy as np
 from ..ir.loops import INDEX, Buf, Expr, Get, as_expr, minimum, select
 from .epilogue import apply_activation, is_heavy
 from .elementwise import loop_kind
+from .microkernel import CACHE_LINE, PACKED_B_AHEAD_BYTES, PREFETCH_BYTES, PREFETCH_MIN_ROWS
 from .registry import lowering
 
 # The default tiles (see default_tiles): at most 6 rows per register tile, and vectors per
@@ -102,16 +103,17 @@ def l2_columns(kc: int, nr: int, itemsize: int = 4) -> int:
 
 
 def emit_gemm(kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype=np.float32,
-              tiles: GemmTiles | None = None, a_tiled: bool = False):
+              tiles: GemmTiles | None = None, a_tiled: bool = False, b_panels: bool = False):
     """Emit loops computing every C[m, n] = sum_k A(m, k) B(k, n) into `out`. `a_tiled`: A
     is packed in register-tile rows, addressable only at tile starts, so even a block of
-    few columns goes through the register tiles."""
+    few columns goes through the register tiles. Each is then one stream per row tile, as
+    B is per column tile when `b_panels`: the tiles prefetch them."""
     if shape.N < SMALL_N and not a_tiled:
         _emit_dot_products(kb, shape, a, b, out, dtype)
     else:
         dtype = np.dtype(dtype)
         tiles = tiles or default_tiles(shape, kb.lanes(dtype), dtype.itemsize)
-        _TiledGemm(kb, shape, a, b, out, dtype, tiles).emit()
+        _TiledGemm(kb, shape, a, b, out, dtype, tiles, a_tiled, b_panels).emit()
 
 
 class _TiledGemm:
@@ -120,7 +122,7 @@ class _TiledGemm:
     tiles of NR > the k loop of one register tile."""
 
     def __init__(self, kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype,
-                 tiles: GemmTiles):
+                 tiles: GemmTiles, a_tiled: bool = False, b_panels: bool = False):
         self.kb, self.shape, self.a, self.b, self.out, self.dtype = kb, shape, a, b, out, dtype
         # a schedule made for a bigger block of the same GEMM may be wider than this one
         self.mr = min(tiles.mr, shape.M)
@@ -128,6 +130,11 @@ class _TiledGemm:
         self.chunks = -(-shape.K // min(tiles.kc, shape.K))
         self.chunk_size = -(-shape.K // self.chunks)
         self.nc = min(shape.N, max(self.nr, tiles.nc - tiles.nc % self.nr))
+        # elements ahead of each step to prefetch: A (weights) into L2 as microkernel.py's
+        # tiles do; B, already in L2 for every row tile after the first, into L1
+        self.a_ahead = (PREFETCH_BYTES // dtype.itemsize
+                        if a_tiled and self.mr >= PREFETCH_MIN_ROWS else 0)
+        self.b_ahead = PACKED_B_AHEAD_BYTES // dtype.itemsize if b_panels else 0
 
     def emit(self):
         K = self.shape.K
@@ -189,6 +196,11 @@ class _TiledGemm:
             b_at = kb.local(INDEX, b.base(k, n0), "b_at")
             b_row = [kb.local(dtype, b.buf.flat(Get(b_at) + j * b.step), "b") for j in range(nr)]
             a_at = kb.local(INDEX, a.base(m0, k), "a_at")
+            if self.a_ahead:
+                kb.prefetch(a.buf, Get(a_at) + self.a_ahead)
+            if self.b_ahead:
+                for line in range(0, nr * dtype.itemsize, CACHE_LINE):
+                    kb.prefetch(b.buf, Get(b_at) + self.b_ahead + line // dtype.itemsize, 1)
             for i in range(mr):
                 a_val = kb.local(dtype, a.buf.flat(Get(a_at) + i * a.step), "a")
                 for j in range(nr):
