@@ -120,7 +120,8 @@ def emit_skinny_gemm(kb, w, g, ocg: int, kred: int, sched, x, x_at, rows: Output
     panels, full_panels = -(-ocg // width), ocg // width
     per_item = -(-panels // sched.blocks)
     size, full, tail = row_pieces(rows.width, sched.positions)
-    span = sched.positions // rows.width if rows.q_step is not None else 1
+    # rows per tile: more than one only where the rows are evenly spaced in the q grid
+    span = max(1, sched.positions // rows.width) if rows.q_step is not None else 1
     raw = out.heavy
 
     def tile(p, channels, r, first, count):

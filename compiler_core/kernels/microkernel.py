@@ -38,8 +38,8 @@ CACHE_LINE = 64  # bytes
 # 1.47 ms with 2 / 4 / 8 / 16 KB ahead (1.60 ms prefetching into L1).
 PREFETCH_BYTES = 8192
 # Tiles of fewer rows use each weight too few times to outrun the hardware's prefetchers,
-# and the prefetches take load slots: AlexNet's batch-1 fully connected layers (1 row)
-# ran 1.07x slower with them, BERT's MatMuls at sequence 128 (tiles of 8 rows) 0.87x.
+# and the prefetches take load slots: with them AlexNet's batch-1 fully connected layers
+# (1 row) took 1.07x the time, BERT's MatMuls at sequence 128 (tiles of 8 rows) 0.87x.
 PREFETCH_MIN_ROWS = 4
 # A conv's input packed in panels (conv.py _panel_packer) is read by every row tile of the
 # GEMM from L2: prefetched this far ahead into L1 (ResNet-50's 256 -> 64 1x1 conv at 56x56
