@@ -18,7 +18,7 @@ import numpy as np
 from ..ir.loops import INDEX, Buf, Expr, Get, as_expr, minimum, select
 from .epilogue import apply_activation, is_heavy
 from .elementwise import loop_kind
-from .microkernel import CACHE_LINE, PACKED_B_AHEAD_BYTES, PREFETCH_BYTES, PREFETCH_MIN_ROWS
+from .microkernel import PACKED_B_AHEAD_BYTES, PREFETCH_BYTES, PREFETCH_MIN_ROWS, prefetch_lines
 from .registry import lowering
 
 # The default tiles (see default_tiles): at most 6 rows per register tile, and vectors per
@@ -197,10 +197,9 @@ class _TiledGemm:
             b_row = [kb.local(dtype, b.buf.flat(Get(b_at) + j * b.step), "b") for j in range(nr)]
             a_at = kb.local(INDEX, a.base(m0, k), "a_at")
             if self.a_ahead:
-                kb.prefetch(a.buf, Get(a_at) + self.a_ahead)
+                prefetch_lines(kb, a.buf, Get(a_at) + self.a_ahead, mr)
             if self.b_ahead:
-                for line in range(0, nr * dtype.itemsize, CACHE_LINE):
-                    kb.prefetch(b.buf, Get(b_at) + self.b_ahead + line // dtype.itemsize, 1)
+                prefetch_lines(kb, b.buf, Get(b_at) + self.b_ahead, nr, level=1)
             for i in range(mr):
                 a_val = kb.local(dtype, a.buf.flat(Get(a_at) + i * a.step), "a")
                 for j in range(nr):

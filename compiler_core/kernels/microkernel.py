@@ -101,8 +101,7 @@ def emit_tile(kb, tile: Tile, k_extents: list, ops: TileOperands,
         bv = [kb.local(b_type, cast(ops.b.vec(Get(b_at) + j * b_lanes, b_lanes), b_type),
                        "b", b_lanes) for j in range(nr)]
         if ops.b_ahead and mr >= PREFETCH_MIN_ROWS:
-            for line in range(0, nr * b_lanes * ops.b.dtype.itemsize, CACHE_LINE):
-                kb.prefetch(ops.b, Get(b_at) + ops.b_ahead + line // ops.b.dtype.itemsize)
+            prefetch_lines(kb, ops.b, Get(b_at) + ops.b_ahead, nr * b_lanes)
         a_at = kb.local(INDEX, ops.a_at(ks), "a_at")
         for i in range(mr):
             av = broadcast(ops.a.flat(Get(a_at) + ops.a_offsets[i]), lanes)
@@ -112,6 +111,12 @@ def emit_tile(kb, tile: Tile, k_extents: list, ops: TileOperands,
     for i in range(mr):
         for j in range(nr):
             finish(i, j, Get(acc[i][j]))
+
+
+def prefetch_lines(kb, buf: Buf, at: Expr, count: int, level: int = 2) -> None:
+    """Prefetch the cache lines of `count` elements of buf from flat index `at`."""
+    for line in range(0, count * buf.dtype.itemsize, CACHE_LINE):
+        kb.prefetch(buf, at + line // buf.dtype.itemsize, level)
 
 
 @contextlib.contextmanager
