@@ -266,6 +266,19 @@ class KernelLowering:
         picks = ir.Constant(ir.VectorType(I32, e.lanes), [k * e.stride for k in range(e.lanes)])
         return self.b.shuffle_vector(val, ir.Constant(val.type, None), picks)
 
+    def e_Pick(self, e: L.Pick):
+        vals = [self.expr(p) for p in e.parts]
+        while len(vals) > 1:  # concatenated pairwise: shufflevector takes two of one type
+            if len(vals) % 2:
+                vals.append(ir.Constant(vals[0].type, None))
+            vals = [self._concat(a, b) for a, b in zip(vals[::2], vals[1::2])]
+        picks = ir.Constant(ir.VectorType(I32, e.lanes), [k * e.stride for k in range(e.lanes)])
+        return self.b.shuffle_vector(vals[0], ir.Constant(vals[0].type, None), picks)
+
+    def _concat(self, a, b):
+        n = a.type.count
+        return self.b.shuffle_vector(a, b, ir.Constant(ir.VectorType(I32, 2 * n), list(range(2 * n))))
+
     def e_Extract(self, e: L.Extract):
         return self.b.extract_element(self.expr(e.a), ir.Constant(I32, e.lane))
 

@@ -287,6 +287,23 @@ class Extract(Expr):
 
 
 @dataclass(eq=False)
+class Pick(Expr):
+    """Every `stride`-th lane of `parts` laid end to end: lane t is lane t * stride of their
+    concatenation. A few shuffles once, where a strided load (VLoad.stride) shuffles each
+    load: the columns of a stride-2 row computed densely, then picked."""
+    parts: tuple
+    stride: int
+
+    @property
+    def dtype(self):
+        return self.parts[0].dtype
+
+    @property
+    def lanes(self):
+        return self.parts[0].lanes
+
+
+@dataclass(eq=False)
 class PairDot(Expr):
     """Integer products summed over adjacent pairs: lane j is a[2j] * b[2j] + a[2j+1] * b[2j+1]
     in int32, where `a` is 2n int16 lanes and `b` is n int32 lanes, each holding two int16
@@ -492,6 +509,13 @@ def reduce_lanes(op: str, a: Expr) -> Expr:
     if op not in ("add", "min", "max", "maxnum"):
         raise ValueError(f"reduce_lanes: unknown op {op!r}")
     return a if a.lanes == 1 else Reduce(op, a)
+
+
+def pick_lanes(parts: list, stride: int) -> Expr:
+    """Lane t of the result is lane t * stride of `parts` (vectors of equal lanes) end to end."""
+    if len(parts) * parts[0].lanes < (parts[0].lanes - 1) * stride + 1:
+        raise ValueError(f"{len(parts)} vectors hold too few lanes to pick at stride {stride}")
+    return Pick(tuple(parts), stride) if stride > 1 else parts[0]
 
 
 def pair_dot(a: Expr, b: Expr) -> Expr:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.loops import Get, as_expr, broadcast
+from ..ir.loops import Get, as_expr, broadcast, pick_lanes
 from .conv import PARALLEL_MIN_FLOPS
 from .epilogue import apply_activation
 from .registry import lowering
@@ -46,6 +46,10 @@ class DepthwiseSchedule:
     # the plane as one run of vectors, a tap's lanes masked where they cross a row's end
     # (stride 1, same-size planes): rows shorter than a vector fill its lanes
     flat: bool = False
+    # with a column stride s > 1, a vector of outputs is s vectors of taps at every column
+    # (s x the FMAs, plain loads) whose lanes are picked once, not a strided load (a masked
+    # run and a shuffle) per tap
+    dense_columns: bool = False
 
 
 def _planes(node) -> int:
@@ -71,15 +75,24 @@ def default_depthwise_schedule(node, spec) -> DepthwiseSchedule:
     # measured on AVX-512 only, where masked loads cost what plain ones do; AVX2's 8
     # lanes gain less (a 7x7 plane takes 7 vectors either way): the tuner's choice there
     flat = spec.vector_bits >= 512 and flat_fits(node, spec.vector_bits // 32)
-    return DepthwiseSchedule(2, flops >= PARALLEL_MIN_TAP_FLOPS and _planes(node) > 1, flat)
+    # AVX2's masked loads and cross-lane shuffles cost two to four times a plain load: a
+    # strided tap took about 4 cycles (znver3); AVX-512 does either in one instruction
+    dense = spec.vector_bits < 512 and _column_stride(node) > 1
+    return DepthwiseSchedule(2, flops >= PARALLEL_MIN_TAP_FLOPS and _planes(node) > 1, flat,
+                             dense)
+
+
+def _column_stride(node) -> int:
+    return node.attrs["strides"][1]
 
 
 @search_space("DepthwiseConv")
 def depthwise_space(node, spec) -> list[DepthwiseSchedule]:
     splits = (True, False) if _planes(node) > 1 else (False,)
     flats = (True, False) if flat_fits(node, spec.vector_bits // 32) else (False,)
-    return [DepthwiseSchedule(acc, par, flat) for flat in flats for par in splits
-            for acc in (1, 2, 3, 4)]
+    denses = (True, False) if _column_stride(node) > 1 else (False,)
+    return [DepthwiseSchedule(acc, par, flat, dense) for dense in denses for flat in flats
+            for par in splits for acc in (1, 2, 3, 4)]
 
 
 def inside_range(n: int, k: int, s: int, pad: int, out: int) -> tuple[int, int]:
@@ -109,7 +122,7 @@ def lower_depthwise_conv(node, kb, ins, outs):
         taps = [[kb.local(y.dtype, w.flat(c * (KH * KW) + i * KW + j), "w") for j in range(KW)]
                 for i in range(KH)]
         b = kb.local(y.dtype, bias[c], "bias") if bias is not None else None
-        plane = _Plane(node, kb, (x, y, residual), nc, taps, b, sched.accumulators)
+        plane = _Plane(node, kb, (x, y, residual), nc, taps, b, sched)
         if sched.flat:
             plane.flat()
         else:
@@ -119,12 +132,13 @@ def lower_depthwise_conv(node, kb, ins, outs):
 class _Plane:
     """The code for one (image, channel) plane, row by row."""
 
-    def __init__(self, node, kb, bufs, nc, taps, bias, accumulators: int):
+    def __init__(self, node, kb, bufs, nc, taps, bias, sched: DepthwiseSchedule):
         self.kb, (self.x, self.y, self.residual), self.nc = kb, bufs, nc
-        self.accumulators = accumulators
+        self.accumulators = sched.accumulators
         self.taps, self.bias = taps, bias
         self.act = node.attrs.get("activation")
         (self.sh, self.sw), (self.ph, self.pw) = node.attrs["strides"], node.attrs["pads_begin"]
+        self.dense = sched.dense_columns and self.sw > 1
 
     def rows(self):
         """Output rows whose window stays inside the input in a loop, the others (top and
@@ -143,10 +157,18 @@ class _Plane:
         edges, or a partial last one) each with its taps' in-bounds lanes."""
         W, OW, KW = self.x.shape[3], self.y.shape[3], len(self.taps[0])
         lanes = self.kb.lanes(self.y.dtype)
-        lo, hi = inside_range(W, KW, self.sw, self.pw, OW)
+        # dense columns read on to the column before the next output's first tap
+        lo, hi = inside_range(W - (self.sw - 1 if self.dense else 0), KW, self.sw, self.pw, OW)
         first, stop = -(-lo // lanes), hi // lanes  # the vectors inside [lo, hi)
         if stop <= first:
             first = stop = -(-OW // lanes)
+        if self.dense:
+            for k in [*range(first), *range(stop, -(-OW // lanes))]:
+                self.dense_vector(oh, k * lanes, rows, lanes, min(lanes, OW - k * lanes))
+            if stop > first:
+                with self.kb.loop(stop, start=first, name="ow") as k:
+                    self.dense_vector(oh, k * lanes, rows, lanes, lanes)
+            return
         for k in [*range(first), *range(stop, -(-OW // lanes))]:
             width = min(lanes, OW - k * lanes)
             taps = {(i, j): self._lanes_inside(k * lanes, j, width) for i in rows
@@ -199,6 +221,31 @@ class _Plane:
         loads = [(i, j, x.vec(x_row + (i * W + j), lanes, b, self.sw, a))
                  for (i, j), (a, b) in taps.items() if a < b]
         self.finish(self.sum_taps(loads, lanes), (self.nc * OH + oh) * OW + ow, lanes, width)
+
+    def dense_vector(self, oh, ow, rows: list[int], lanes: int, width: int):
+        """y[n, c, oh, ow .. ow + width - 1] at column stride s as s vectors of taps at every
+        column from the first output's, their every s-th lane picked. A static `ow` (an
+        edge vector) reads only the columns inside the row, the others are 0; in the loop
+        every column is inside."""
+        x, y, s = self.x, self.y, self.sw
+        H, W = x.shape[2:]
+        OH, OW = y.shape[2:]
+        col = ow * s - self.pw  # the column of part 0's lane 0 at tap 0
+        x_row = (self.nc * H + oh * self.sh - self.ph) * W + col
+        parts = []
+        for p in range(s):
+            loads = []
+            for i in rows:
+                for j in range(len(self.taps[i])):
+                    at = x_row + i * W + j + p * lanes
+                    if isinstance(ow, int):
+                        mask = tuple(0 <= col + j + p * lanes + q < W for q in range(lanes))
+                        if any(mask):
+                            loads.append((i, j, x.vec_lanes(at, mask)))
+                    else:
+                        loads.append((i, j, x.vec(at, lanes)))
+            parts.append(self.sum_taps(loads, lanes))
+        self.finish(pick_lanes(parts, s), (self.nc * OH + oh) * OW + ow, lanes, width)
 
     def sum_taps(self, loads: list, lanes: int):
         """The sum of weight (i, j) times its vector over `loads` [(i, j, vector)], in the

@@ -105,10 +105,13 @@ FLAT_MODEL = (8, 6, 6, 5, 1, {"pads": [2, 2, 2, 2]})  # in fewer vectors flat, i
 
 
 @pytest.mark.parametrize("case,flat", [((24, 13, 21, 5, 1, {"pads": [2, 2, 2, 2]}), False),
-                                       (FLAT_MODEL, True)])
+                                       (FLAT_MODEL, True),
+                                       ((5, 23, 37, 5, 2, {"pads": [2, 1, 2, 2]}), False),
+                                       ((3, 19, 44, 3, 2, {"pads": [1, 0, 1, 1]}), False)])
 def test_every_schedule_of_the_search_space_is_correct(case, flat, monkeypatch):
     """The autotuner's candidates (chains of taps, planes split or not, flat planes where
-    they fit) all match ORT, at one and two threads, with a residual and an activation."""
+    they fit, dense columns where the stride is > 1) all match ORT, at one and two threads,
+    with a residual and an activation."""
     import tempfile
 
     from compiler_core.codegen.target_machine import host_spec
@@ -122,8 +125,11 @@ def test_every_schedule_of_the_search_space_is_correct(case, flat, monkeypatch):
     feeds = {"x": rand(1, c, h, w), "r": rand(*out_shape, seed=3)}
     node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
     space = depthwise_space(node, host_spec())
-    assert DepthwiseSchedule(2, True) in space and len(space) == 8 * (1 + flat)
+    strided = case[4] > 1
+    assert DepthwiseSchedule(2, True) in space
+    assert len(space) == 8 * (1 + flat) * (1 + strided)
     assert any(s.flat for s in space) == flat
+    assert any(s.dense_columns for s in space) == strided
     expected = next(iter(ort_run(model, feeds).values()))
     for sched in space:
         monkeypatch.setitem(schedule.DEFAULTS, "DepthwiseConv", lambda n, spec, s=sched: s)
@@ -150,3 +156,15 @@ def test_small_planes_go_flat_on_avx512(c, hw, k, stride, flat):
     node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
     assert default_depthwise_schedule(node, AVX512).flat == flat
     assert not default_depthwise_schedule(node, AVX2).flat
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_strided_columns_go_dense_on_avx2(stride):
+    """A column stride takes dense columns and one pick on AVX2 (masked runs and shuffles
+    per tap cost more there), strided loads on AVX-512."""
+    from compiler_core.frontend.onnx import import_model
+    from compiler_core.kernels.depthwise import default_depthwise_schedule
+    model, _ = _model(64, 56, 56, 3, stride, {"pads": [1, 1, 1, 1]})
+    node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
+    assert default_depthwise_schedule(node, AVX2).dense_columns == (stride > 1)
+    assert not default_depthwise_schedule(node, AVX512).dense_columns
