@@ -10,7 +10,9 @@ the autotuner's knobs): the vectors whose taps all lie inside the row are one lo
 checks; the edge vectors and a partial last one are static code whose taps read only their in-bounds lanes (masked
 loads, kept inside the row). With stride 2 a tap is a strided vector load (ir/loops.VLoad:
 a run loaded whole and shuffled), as LLVM's loop vectorizer left rows of 14 or 7 outputs
-scalar and summed the taps across lanes.
+scalar and summed the taps across lanes. On AVX2 (DepthwiseSchedule.dense_columns) a vector
+of stride-2 outputs is two vectors of taps at every column instead, plain loads, its even
+lanes picked once (ir/loops.Pick).
 Small planes of stride 1 whose rows fill few lanes go flat instead (DepthwiseSchedule.flat):
 the plane as one run of vectors, each tap a load whose lanes are masked where the tap falls
 outside the plane (a 7x7 plane in 4 vectors of 16 lanes instead of 7 rows of one).
