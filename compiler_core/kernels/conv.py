@@ -28,7 +28,7 @@ from ..ir.loops import (INDEX, Get, as_expr, logical_and, maximum, minimum, row_
 from .elementwise import loop_kind
 from .epilogue import apply_activation, is_heavy
 from .matmul import (MAX_MR, SMALL_N, GemmShape, GemmTiles, Operand, Output, default_tiles,
-                     emit_gemm, l2_columns)
+                     emit_gemm, even_chunk_size, l2_columns)
 from .conv_skinny import (MAX_VECTORS, SKINNY_COLUMNS, emit_skinny_gemm, output_rows, plane_rows,
                           row_tile, skinny_vectors)
 from .registry import lowering
@@ -202,7 +202,7 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
                                     and not _winograd_first(node, winograd, spec)):
         return skinny_schedule(node, spec, tiles)
     if flops < PARALLEL_MIN_FLOPS:
-        return _unpacked_chunks(_default_packing(ConvSchedule(tiles), shape, pieces), shape, spec)
+        return _default_packing(ConvSchedule(tiles), shape, pieces, spec)
     if winograd:
         return winograd_schedule(node, winograd, lanes)
     blocks = -(-TARGET_ITEMS // pieces)
@@ -212,30 +212,14 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
         sched = ConvSchedule(tiles, "rows", max(1, min(blocks, shape.M // (2 * tiles.mr))), True)
         few = _few_column_blocks(shape, tiles.nr) if pieces == 1 else 0
         if few:
-            packed = _default_packing(ConvSchedule(tiles, "columns", few, True), shape, pieces)
+            packed = _default_packing(ConvSchedule(tiles, "columns", few, True), shape, pieces,
+                                      spec)
             if packed.pack:
                 return packed
-    sched = _default_packing(sched, shape, pieces)
+    sched = _default_packing(sched, shape, pieces, spec)
     if sched.split == "rows" and sched.pack:  # each row item packs all of B
         sched = dataclasses.replace(sched, blocks=min(sched.blocks, PACKED_ROW_BLOCKS))
-    return _unpacked_chunks(sched, shape, spec)
-
-
-# Unpacked, each k of a tile step reads B from its own place (an input plane, or a tap's
-# run of one): a chunk of kc is kc streams, more than the caches' prefetchers follow.
-# AMD EPYC (LLVM: znver3), 1 thread, YOLOv8n-640's 3x3 stride-2 conv of 16 -> 32 channels
-# at 320x320 (K 144): 6.08 ms in one chunk, 5.69 / 5.47 / 5.15 ms in chunks of 72 / 48 /
-# 24; the whole model new/old 0.967 and 0.997 (two runs), 0.955 at 2 threads. Unmeasured
-# on AVX-512 machines.
-UNPACKED_MAX_KC = 48
-
-
-def _unpacked_chunks(sched: ConvSchedule, shape: GemmShape, spec) -> ConvSchedule:
-    if sched.pack or spec.vector_bits >= 512 or sched.tiles.kc <= UNPACKED_MAX_KC:
-        return sched
-    chunks = -(-shape.K // UNPACKED_MAX_KC)
-    return dataclasses.replace(sched, tiles=dataclasses.replace(sched.tiles,
-                                                                kc=-(-shape.K // chunks)))
+    return sched
 
 
 def _two_wide_fma_ports(spec) -> bool:
@@ -428,9 +412,25 @@ def with_packing(sched: ConvSchedule, shape: GemmShape, pieces: int) -> ConvSche
 PACKED_MAX_KC = 512
 
 
-def _default_packing(sched: ConvSchedule, shape: GemmShape, pieces: int) -> ConvSchedule:
+# Unpacked, each k of a tile step reads B from its own place (an input plane, or a tap's
+# run of one): a chunk of kc is kc streams, more than the caches' prefetchers follow.
+# AMD EPYC (LLVM: znver3), 1 thread, YOLOv8n-640's 3x3 stride-2 conv of 16 -> 32 channels
+# at 320x320 (K 144): 6.08 ms in one chunk, 5.69 / 5.47 / 5.15 ms in chunks of 72 / 48 /
+# 24; the whole model new/old 0.967 and 0.997 (two runs), 0.955 at 2 threads. Unmeasured
+# on AVX-512 machines.
+UNPACKED_MAX_KC = 48
+
+
+def _default_packing(sched: ConvSchedule, shape: GemmShape, pieces: int, spec) -> ConvSchedule:
+    """The schedule with B packed where that pays, and the reduction chunks that go with
+    it: packed, up to PACKED_MAX_KC of k in one; unpacked on AVX2, UNPACKED_MAX_KC at most."""
     sched = with_packing(sched, shape, pieces)
-    if not sched.pack or shape.K > PACKED_MAX_KC:
+    if not sched.pack:
+        if spec.vector_bits >= 512 or sched.tiles.kc <= UNPACKED_MAX_KC:
+            return sched
+        return dataclasses.replace(sched, tiles=dataclasses.replace(
+            sched.tiles, kc=even_chunk_size(shape.K, UNPACKED_MAX_KC)))
+    if shape.K > PACKED_MAX_KC:
         return sched
     nr = sched.tiles.nr
     return dataclasses.replace(sched, tiles=GemmTiles(sched.tiles.mr, nr, shape.K,

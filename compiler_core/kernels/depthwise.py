@@ -164,22 +164,22 @@ class _Plane:
         first, stop = -(-lo // lanes), hi // lanes  # the vectors inside [lo, hi)
         if stop <= first:
             first = stop = -(-OW // lanes)
-        if self.dense:
-            for k in [*range(first), *range(stop, -(-OW // lanes))]:
-                self.dense_vector(oh, k * lanes, rows, lanes, min(lanes, OW - k * lanes))
-            if stop > first:
-                with self.kb.loop(stop, start=first, name="ow") as k:
-                    self.dense_vector(oh, k * lanes, rows, lanes, lanes)
-            return
         for k in [*range(first), *range(stop, -(-OW // lanes))]:
-            width = min(lanes, OW - k * lanes)
-            taps = {(i, j): self._lanes_inside(k * lanes, j, width) for i in rows
-                    for j in range(KW)}
-            self.vector(oh, as_expr(k * lanes), taps, lanes, width)
+            self.columns(oh, k * lanes, rows, lanes, min(lanes, OW - k * lanes))
         if stop > first:
-            whole = {(i, j): (0, lanes) for i in rows for j in range(KW)}
             with self.kb.loop(stop, start=first, name="ow") as k:
-                self.vector(oh, k * lanes, whole, lanes, lanes)
+                self.columns(oh, k * lanes, rows, lanes, lanes)
+
+    def columns(self, oh, ow, rows: list[int], lanes: int, width: int):
+        """The vector of outputs from column ow: a static int at the edges, whose taps read
+        only their in-bounds lanes, or an Expr in the loop, where every tap is whole."""
+        if self.dense:
+            self.dense_vector(oh, ow, rows, lanes, width)
+            return
+        static = isinstance(ow, int)
+        taps = {(i, j): self._lanes_inside(ow, j, width) if static else (0, lanes)
+                for i in rows for j in range(len(self.taps[0]))}
+        self.vector(oh, as_expr(ow), taps, lanes, width)
 
     def _lanes_inside(self, ow0: int, j: int, width: int) -> tuple[int, int]:
         """[a, b): the lanes of the vector of columns from ow0 whose tap j is inside x."""

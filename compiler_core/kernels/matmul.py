@@ -92,9 +92,13 @@ def tile_columns(M: int, N: int, lanes: int = AVX2_LANES) -> int:
 
 def default_tiles(shape: GemmShape, lanes: int, itemsize: int = 4) -> GemmTiles:
     nr = tile_columns(shape.M, shape.N, lanes)
-    chunks = -(-shape.K // K_CHUNK)
-    kc = -(-shape.K // chunks)
+    kc = even_chunk_size(shape.K, K_CHUNK)
     return GemmTiles(min(MAX_MR, shape.M), nr, kc, l2_columns(kc, nr, itemsize))
+
+
+def even_chunk_size(total: int, most: int) -> int:
+    """The size of the fewest equal chunks of at most `most` that cover `total`."""
+    return -(-total // -(-total // most))
 
 
 def l2_columns(kc: int, nr: int, itemsize: int = 4) -> int:
@@ -127,8 +131,8 @@ class _TiledGemm:
         # a schedule made for a bigger block of the same GEMM may be wider than this one
         self.mr = min(tiles.mr, shape.M)
         self.nr = min(tiles.nr, shape.N)
-        self.chunks = -(-shape.K // min(tiles.kc, shape.K))
-        self.chunk_size = -(-shape.K // self.chunks)
+        self.chunk_size = even_chunk_size(shape.K, min(tiles.kc, shape.K))
+        self.chunks = -(-shape.K // self.chunk_size)
         self.nc = min(shape.N, max(self.nr, tiles.nc - tiles.nc % self.nr))
         # elements ahead of each step to prefetch: A (weights) into L2 as microkernel.py's
         # tiles do; B, already in L2 for every row tile after the first, into L1
