@@ -38,6 +38,9 @@ PARALLEL_MIN_TAP_FLOPS = PARALLEL_MIN_FLOPS // 4
 # plane (a 14x14 plane in 16 lanes with 5x5 taps is 13 x 25).
 FLAT_MAX_LOADS = 400
 
+# Taps per row from which strided depthwise convs compute dense columns on AVX-512 (below)
+DENSE_COLUMNS_MIN_TAPS_512 = 5
+
 
 @dataclass(frozen=True)
 class DepthwiseSchedule:
@@ -78,8 +81,13 @@ def default_depthwise_schedule(node, spec) -> DepthwiseSchedule:
     # lanes gain less (a 7x7 plane takes 7 vectors either way): the tuner's choice there
     flat = spec.vector_bits >= 512 and flat_fits(node, spec.vector_bits // 32)
     # AVX2's masked loads and cross-lane shuffles cost two to four times a plain load: a
-    # strided tap took about 4 cycles (znver3); AVX-512 does either in one instruction
-    dense = spec.vector_bits < 512 and _column_stride(node) > 1
+    # strided tap took about 4 cycles (znver3). AVX-512 does either in one instruction,
+    # which beats twice the FMAs on 3x3 taps but not on 5x5 ones, where the pick of lanes
+    # is shared by more taps (znver4, 1 thread, stride 2: 5x5 over 72 channels at 56x56
+    # 126 -> 92 us, over 672 at 14x14 76 -> 56; 3x3 over 64 at 112x112 108 -> 115, over
+    # 240 at 28x28 24 -> 29)
+    dense = _column_stride(node) > 1 and (spec.vector_bits < 512
+                                          or KW >= DENSE_COLUMNS_MIN_TAPS_512)
     return DepthwiseSchedule(2, flops >= PARALLEL_MIN_TAP_FLOPS and _planes(node) > 1, flat,
                              dense)
 
