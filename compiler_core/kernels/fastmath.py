@@ -6,7 +6,7 @@ numpy by tests/compiler_core/test_fastmath.py over the ranges stated:
     log      max rel err 2.0e-7 on [1e-30, 1e30]  (NaN below 0, -inf at 0, inf at inf)
     tanh     max abs err 1.0e-7 on [-20, 20]
     sigmoid  max abs err 1.0e-7 on [-30, 30]  (1 / (1 + exp(-x)) with the exp above)
-    erf      max abs err 4.3e-7 on [-6, 6]
+    erf      max abs err 3.5e-7 on [-6, 6]
 """
 from __future__ import annotations
 
@@ -72,14 +72,21 @@ def tanh(x: Expr) -> Expr:
     return select(ax < _c(0.125), small, select(x < _c(0), -big, big))
 
 
+# erf(x) = x P(x^2) / Q(x^2) on [-4, 4] (and +-1 beyond, where erf is within 2e-8 of it):
+# our weighted least-squares fit of degrees 5 over 5 in x^2. One division and ten FMAs
+# where the Abramowitz-Stegun form took a division and an exp: the Erf GELU epilogue of a
+# BERT FFN GEMM (128 x 384 -> 1536) went 1.54 -> 1.40 ms (znver4, 1 thread)
+ERF_P = [1.981535206141416e-06, 0.00028715163352899253, 0.003964685834944248,
+         0.05334700271487236, 0.19534146785736084, 1.128378987312317]
+ERF_Q = [3.750403629965149e-05, 0.0012068927753716707, 0.01536636147648096,
+         0.11610080301761627, 0.5064483284950256, 1.0]
+
+
 def erf(x: Expr) -> Expr:
-    ax = call("abs", x)
-    t = _c(1) / (_c(1) + _c(0.3275911) * ax)
-    tail = t * _horner(t, [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592])
-    big = _c(1) - tail * exp(-ax * ax)
-    x2 = x * x
-    small = x * _horner(x2, [-1 / 42, 1 / 10, -1 / 3, 1]) * _c(2 / math.sqrt(math.pi))
-    return select(ax < _c(0.1), small, select(x < _c(0), -big, big))
+    xc = select(x > _c(4), _c(4), select(x < _c(-4), _c(-4), x))  # NaN stays NaN
+    z = xc * xc
+    y = xc * _horner(z, ERF_P) / _horner(z, ERF_Q)
+    return select(y > _c(1), _c(1), select(y < _c(-1), _c(-1), y))  # the fit ends 1e-7 above
 
 
 FAST = {"exp": exp, "log": log, "tanh": tanh, "erf": erf}
