@@ -158,13 +158,13 @@ def test_small_planes_go_flat_on_avx512(c, hw, k, stride, flat):
     assert not default_depthwise_schedule(node, AVX2).flat
 
 
-@pytest.mark.parametrize("stride", [1, 2])
-def test_strided_columns_go_dense_on_avx2(stride):
+@pytest.mark.parametrize("k,stride", [(3, 1), (3, 2), (5, 1), (5, 2)])
+def test_strided_columns_go_dense(k, stride):
     """A column stride takes dense columns and one pick on AVX2 (masked runs and shuffles
-    per tap cost more there), strided loads on AVX-512."""
+    per tap cost more there); on AVX-512 only from 5 taps a row (strided loads win on 3)."""
     from compiler_core.frontend.onnx import import_model
     from compiler_core.kernels.depthwise import default_depthwise_schedule
-    model, _ = _model(64, 56, 56, 3, stride, {"pads": [1, 1, 1, 1]})
+    model, _ = _model(64, 56, 56, k, stride, {"pads": [k // 2] * 4})
     node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
     assert default_depthwise_schedule(node, AVX2).dense_columns == (stride > 1)
-    assert not default_depthwise_schedule(node, AVX512).dense_columns
+    assert default_depthwise_schedule(node, AVX512).dense_columns == (stride > 1 and k >= 5)
