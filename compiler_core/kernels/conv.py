@@ -202,7 +202,7 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
                                     and not _winograd_first(node, winograd, spec)):
         return skinny_schedule(node, spec, tiles)
     if flops < PARALLEL_MIN_FLOPS:
-        return _default_packing(ConvSchedule(tiles), shape, pieces, spec)
+        return _default_packing(ConvSchedule(tiles), node, shape, pieces, spec)
     if winograd:
         return winograd_schedule(node, winograd, lanes)
     blocks = -(-TARGET_ITEMS // pieces)
@@ -212,11 +212,11 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
         sched = ConvSchedule(tiles, "rows", max(1, min(blocks, shape.M // (2 * tiles.mr))), True)
         few = _few_column_blocks(shape, tiles.nr) if pieces == 1 else 0
         if few:
-            packed = _default_packing(ConvSchedule(tiles, "columns", few, True), shape, pieces,
-                                      spec)
+            packed = _default_packing(ConvSchedule(tiles, "columns", few, True), node, shape,
+                                      pieces, spec)
             if packed.pack:
                 return packed
-    sched = _default_packing(sched, shape, pieces, spec)
+    sched = _default_packing(sched, node, shape, pieces, spec)
     if sched.split == "rows" and sched.pack:  # each row item packs all of B
         sched = dataclasses.replace(sched, blocks=min(sched.blocks, PACKED_ROW_BLOCKS))
     return sched
@@ -416,17 +416,25 @@ PACKED_MAX_KC = 512
 # run of one): a chunk of kc is kc streams, more than the caches' prefetchers follow.
 # AMD EPYC (LLVM: znver3), 1 thread, YOLOv8n-640's 3x3 stride-2 conv of 16 -> 32 channels
 # at 320x320 (K 144): 6.08 ms in one chunk, 5.69 / 5.47 / 5.15 ms in chunks of 72 / 48 /
-# 24; the whole model new/old 0.967 and 0.997 (two runs), 0.955 at 2 threads. Unmeasured
-# on AVX-512 machines.
+# 24; the whole model new/old 0.967 and 0.997 (two runs), 0.955 at 2 threads. AVX-512
+# reads a quarter of B per FMA and only gains where B streams from past L2: AMD EPYC
+# (LLVM: znver4), 1 thread, the same conv 4.72 ms in one chunk, 4.05 / 3.76 / 3.39 ms in
+# chunks of 72 / 48 / 24, at 160x160 (a 1.7 MB input) 618 / 617 us in one / of 48;
+# chunked everywhere, SqueezeNet's 1x1 convs over planes in L2 lost (new/old 0.994 | 0.985
+# at 1 | 2 threads).
 UNPACKED_MAX_KC = 48
+UNPACKED_CHUNKS_MIN_INPUT_BYTES_512 = 4 << 20
 
 
-def _default_packing(sched: ConvSchedule, shape: GemmShape, pieces: int, spec) -> ConvSchedule:
+def _default_packing(sched: ConvSchedule, node, shape: GemmShape, pieces: int,
+                     spec) -> ConvSchedule:
     """The schedule with B packed where that pays, and the reduction chunks that go with
-    it: packed, up to PACKED_MAX_KC of k in one; unpacked on AVX2, UNPACKED_MAX_KC at most."""
+    it: packed, up to PACKED_MAX_KC of k in one; unpacked, UNPACKED_MAX_KC at most on AVX2
+    and on AVX-512 where the input streams from past L2."""
     sched = with_packing(sched, shape, pieces)
     if not sched.pack:
-        if spec.vector_bits >= 512 or sched.tiles.kc <= UNPACKED_MAX_KC:
+        past_l2 = node.inputs[0].nbytes >= UNPACKED_CHUNKS_MIN_INPUT_BYTES_512
+        if sched.tiles.kc <= UNPACKED_MAX_KC or (spec.vector_bits >= 512 and not past_l2):
             return sched
         return dataclasses.replace(sched, tiles=dataclasses.replace(
             sched.tiles, kc=even_chunk_size(shape.K, UNPACKED_MAX_KC)))
