@@ -417,11 +417,11 @@ PACKED_MAX_KC = 512
 # AMD EPYC (LLVM: znver3), 1 thread, YOLOv8n-640's 3x3 stride-2 conv of 16 -> 32 channels
 # at 320x320 (K 144): 6.08 ms in one chunk, 5.69 / 5.47 / 5.15 ms in chunks of 72 / 48 /
 # 24; the whole model new/old 0.967 and 0.997 (two runs), 0.955 at 2 threads. AVX-512
-# reads a quarter of B per FMA and only gains where B streams from past L2: AMD EPYC
-# (LLVM: znver4), 1 thread, the same conv 4.72 ms in one chunk, 4.05 / 3.76 / 3.39 ms in
-# chunks of 72 / 48 / 24, at 160x160 (a 1.7 MB input) 618 / 617 us in one / of 48;
-# chunked everywhere, SqueezeNet's 1x1 convs over planes in L2 lost (new/old 0.994 | 0.985
-# at 1 | 2 threads).
+# reads a quarter of B per FMA and only gains where B streams from L3 or memory (an input
+# several times L2): AMD EPYC (LLVM: znver4), 1 thread, the same conv 4.72 ms in one
+# chunk, 4.05 / 3.76 / 3.39 ms in chunks of 72 / 48 / 24, at 160x160 (a 1.7 MB input)
+# 618 / 617 us in one / of 48; chunked everywhere, SqueezeNet's 1x1 convs over planes in
+# L2 lost (new/old 0.994 | 0.985 at 1 | 2 threads).
 UNPACKED_MAX_KC = 48
 UNPACKED_CHUNKS_MIN_INPUT_BYTES_512 = 4 << 20
 
@@ -430,11 +430,11 @@ def _default_packing(sched: ConvSchedule, node, shape: GemmShape, pieces: int,
                      spec) -> ConvSchedule:
     """The schedule with B packed where that pays, and the reduction chunks that go with
     it: packed, up to PACKED_MAX_KC of k in one; unpacked, UNPACKED_MAX_KC at most on AVX2
-    and on AVX-512 where the input streams from past L2."""
+    and on AVX-512 where the input is several times L2."""
     sched = with_packing(sched, shape, pieces)
     if not sched.pack:
-        past_l2 = node.inputs[0].nbytes >= UNPACKED_CHUNKS_MIN_INPUT_BYTES_512
-        if sched.tiles.kc <= UNPACKED_MAX_KC or (spec.vector_bits >= 512 and not past_l2):
+        streamed = node.inputs[0].nbytes >= UNPACKED_CHUNKS_MIN_INPUT_BYTES_512
+        if sched.tiles.kc <= UNPACKED_MAX_KC or (spec.vector_bits >= 512 and not streamed):
             return sched
         return dataclasses.replace(sched, tiles=dataclasses.replace(
             sched.tiles, kc=even_chunk_size(shape.K, UNPACKED_MAX_KC)))

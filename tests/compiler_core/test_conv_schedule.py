@@ -257,17 +257,16 @@ def test_a_sample_of_the_search_space_is_correct(case, monkeypatch):
 
 def test_unpacked_gemms_take_k_in_short_chunks():
     """Unpacked, each k of a chunk is a stream of its own: at most UNPACKED_MAX_KC of them on
-    AVX2, and on AVX-512 where the input streams from past L2 (a 16-channel plane of
-    320x320 is 6.6 MB; of 160x160, 1.7 MB); packed panels are one stream and keep their
-    chunks."""
+    AVX2, and on AVX-512 where the input is several times L2 (a 16-channel plane of 320x320
+    is 6.6 MB; of 160x160, 1.7 MB); packed panels are one stream and keep their chunks."""
     from compiler_core.kernels.conv import UNPACKED_MAX_KC
     avx2 = MachineSpec("x86_64-unknown-linux-gnu", "znver3", AVX2)
-    for hw, past_l2 in ((320, True), (160, False)):
+    for hw, streamed in ((320, True), (160, False)):
         strided = conv_node(conv_model(n=1, c=16, oc=32, hw=hw, k=3, stride=2))  # K 144
         sched = default_conv_schedule(strided, avx2)
         assert not sched.pack and sched.tiles.kc == UNPACKED_MAX_KC
         sched = default_conv_schedule(strided, _avx512("znver4"))
-        assert not sched.pack and sched.tiles.kc == (UNPACKED_MAX_KC if past_l2 else 144)
+        assert not sched.pack and sched.tiles.kc == (UNPACKED_MAX_KC if streamed else 144)
     packed = conv_node(conv_model(n=1, c=256, oc=256, hw=20, k=1))
     sched = default_conv_schedule(packed, avx2)
     assert sched.pack and sched.tiles.kc == 256
