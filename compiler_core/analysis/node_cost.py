@@ -123,7 +123,8 @@ def _conv_transpose(node: Node) -> int:
 
 
 def _matmul(node: Node) -> int:
-    return 2 * _out(node) * node.inputs[0].shape[-1] if node.inputs[0].shape else _out(node)
+    products = 2 * _out(node) * node.inputs[0].shape[-1] if node.inputs[0].shape else _out(node)
+    return products + _epilogue(node, ())
 
 
 def _gemm(node: Node) -> int:

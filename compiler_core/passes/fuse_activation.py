@@ -6,7 +6,9 @@ The residual becomes the Conv's fifth input (DepthwiseConv's fourth) and the fus
 takes the Add's place in the node order (so r is always computed by then); the activation
 costs no extra pass over memory either (kernels/epilogue.apply_activation). Relu is fused
 early (fuse_activation); any other elementwise chain over the result and scalar constants
-once operator fusion has built it (fuse_epilogue, the last pass).
+once operator fusion has built it (fuse_epilogue, the last pass). A batched MatMul's
+epilogue may also read tensors that broadcast to its result: attention's scores are scaled
+and masked on their way to memory, not in a pass of their own over (heads, seq, seq).
 """
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ PRODUCERS = {"Conv", "DepthwiseConv", "Gemm", "PackedGemm"}
 # where a fused residual goes in each conv's inputs (Conv's fourth is its tap offsets)
 RESIDUAL_INPUT = {"Conv": 4, "DepthwiseConv": 3}
 # the kernels whose stores go through kernels/epilogue.apply_activation
-EPILOGUE_PRODUCERS = PRODUCERS | {"SparseGemm", "WinogradConv"}
+EPILOGUE_PRODUCERS = PRODUCERS | {"SparseGemm", "WinogradConv", "MatMul"}
+# the kernels whose epilogue may read tensors besides their result (appended to the inputs)
+OPERAND_EPILOGUE_PRODUCERS = {"MatMul"}
 ACTIVATIONS = {"Relu"}
 ADDS = {"Add", "Sum"}
 
@@ -133,51 +137,84 @@ def _fuse_relu(graph: Graph) -> Graph:
 
 
 def fuse_epilogue(graph: Graph) -> Graph:
-    """After fuse_elementwise: an elementwise node or Fused chain that reads only a
-    producer's result (which nothing else reads) and scalar constants becomes that
-    producer's epilogue (kernels/epilogue.py), so SiLU after a Conv, HardSwish or an
-    exporter's Erf GELU after a MatMul cost no pass over memory of their own."""
+    """After fuse_elementwise: an elementwise node or Fused chain that reads a producer's
+    result (which nothing else reads) and scalar constants becomes that producer's epilogue
+    (kernels/epilogue.py), so SiLU after a Conv, HardSwish or an exporter's Erf GELU after a
+    MatMul cost no pass over memory of their own; for OPERAND_EPILOGUE_PRODUCERS also
+    tensors that broadcast to the result, and then the fused node takes the elementwise
+    node's place in the node order (so those tensors are computed by then)."""
     uses = graph.consumers()
     outputs = set(graph.outputs)
     made_by = {n.outputs[0]: n for n in graph.nodes if n.outputs}
-    rewritten: dict[Node, Node] = {}  # producer -> producer with the epilogue
+    replaced: dict[Node, Node] = {}  # producer or elementwise node -> fused producer
     absorbed: set[Node] = set()
     for e in graph.nodes:
-        found = _epilogue_of(e)
-        if found is None:
-            continue
-        y, activation = found
-        p = made_by.get(y)
-        if (p is None or p.op not in EPILOGUE_PRODUCERS or p.guards or p in rewritten
-                or p.attrs.get("activation") or y in outputs or uses.get(y) != [e]):
-            continue
-        rewritten[p] = Node(p.op, list(p.inputs), [e.outputs[0], *p.outputs[1:]],
-                            dict(p.attrs, activation=activation), p.name, p.guards,
-                            p.schedule, covering(p, e))
-        absorbed.add(e)
-    nodes = [rewritten.get(n, n) for n in graph.nodes if n not in absorbed]
+        for y, activation, operands in _epilogues_of(e):
+            p = made_by.get(y)
+            if (p is None or p.op not in EPILOGUE_PRODUCERS or p.guards or p in replaced
+                    or p in absorbed
+                    or p.attrs.get("activation") or y in outputs or uses.get(y) != [e]
+                    or (operands and not _takes_operands(p, y, operands))):
+                continue
+            fused = Node(p.op, list(p.inputs) + operands, [e.outputs[0], *p.outputs[1:]],
+                         dict(p.attrs, activation=activation), p.name, p.guards, p.schedule,
+                         covering(p, e))
+            if operands:
+                replaced[e] = fused
+                absorbed.add(p)
+            else:
+                replaced[p] = fused
+                absorbed.add(e)
+            break
+    nodes = [replaced.get(n, n) for n in graph.nodes if n not in absorbed]
     return Graph(graph.inputs, graph.outputs, nodes, graph.name, graph.opset)
 
 
-def _epilogue_of(e: Node) -> tuple[Value, dict] | None:
-    """(the one tensor e reads, e as an activation program) when e is elementwise over that
-    tensor and scalar constants of its dtype, with a result of the same shape and dtype."""
+def _takes_operands(p: Node, y: Value, operands: list[Value]) -> bool:
+    """Whether p's lowering can read these tensors in its epilogue: a MatMul of matrices
+    (operands indexed by batch, row and column), each operand broadcasting to y alone."""
+    return (p.op in OPERAND_EPILOGUE_PRODUCERS and len(p.inputs) == 2
+            and all(len(v.shape) >= 2 for v in p.inputs)
+            and all(_broadcasts_to(v.shape, y.shape) for v in operands))
+
+
+def _broadcasts_to(shape: tuple, target: tuple) -> bool:
+    return len(shape) <= len(target) and all(
+        d in (1, t) for d, t in zip(shape[::-1], target[::-1]))
+
+
+def _epilogues_of(e: Node) -> list[tuple[Value, dict, list[Value]]]:
+    """(result, e as an activation program, tensor operands) for each tensor e reads that
+    could be the result of the producer e is fused into: e is elementwise over its tensors
+    and scalar constants of the result's dtype, with a result of the same shape and dtype;
+    the other tensors are the operands."""
     if e.guards or len(e.outputs) != 1 or not (e.op == "Fused" or e.op in SCALAR):
-        return None
-    tensors = [v for v in e.inputs if v is not None and v.const is None]
-    if len(tensors) != 1:
-        return None
-    y, out = tensors[0], e.outputs[0]
-    if out.shape != y.shape or out.dtype != y.dtype or y.dtype.kind != "f":
-        return None
-    inputs = []
-    for v in e.inputs:
-        if v is y or v is None:
-            inputs.append(None)
-        elif v.size == 1 and v.dtype == y.dtype:
-            inputs.append(float(v.const.reshape(-1)[0]))
-        else:
-            return None
-    program = e.attrs["program"] if e.op == "Fused" else [
+        return []
+    tensors = list(dict.fromkeys(v for v in e.inputs if v is not None and not _scalar(v)))
+    out, ways = e.outputs[0], []
+    for y in (v for v in tensors if v.const is None):
+        others = [v for v in tensors if v is not y]
+        if (out.shape != y.shape or out.dtype != y.dtype or y.dtype.kind != "f"
+                or any(v.dtype != y.dtype for v in others)):
+            continue
+        inputs = []
+        for v in e.inputs:
+            if v is y or v is None:
+                inputs.append(None)
+            elif v in others:
+                inputs.append(["operand", others.index(v)])
+            elif v.dtype == y.dtype:
+                inputs.append(float(v.const.reshape(-1)[0]))
+            else:
+                return []
+        ways.append((y, {"program": _program(e), "inputs": inputs}, others))
+    return ways
+
+
+def _scalar(v: Value) -> bool:
+    return v.const is not None and v.size == 1
+
+
+def _program(e: Node) -> list:
+    return e.attrs["program"] if e.op == "Fused" else [
         (e.op, e.attrs, [None if v is None else ("input", k) for k, v in enumerate(e.inputs)])]
-    return y, {"program": program, "inputs": inputs}

@@ -1,5 +1,6 @@
 """Graph passes, each on a small graph of its own."""
 import numpy as np
+import pytest
 from onnx import helper
 
 import compiler_core as cc
@@ -97,6 +98,49 @@ def test_exporters_erf_gelu_becomes_the_matmul_epilogue():
     m = make_model(nodes, [("x", F, (32, 64))], [("y", F, (32, 48))], inits)
     assert_matches(m, {"x": rand(32, 64, seed=3)})
     assert [kn["op"] for kn in cc.compile(m).meta["kernels"]] == ["PackedGemm"]
+
+
+def _attention_model(mask_shape, batch=1, heads=2, seq=24, d=8, mask_late=False):
+    """softmax(Q K^T / scale + mask) V with the mask computed from an input (1 - m) * -1e4,
+    its nodes placed before the scores or, with mask_late, between the MatMul and the Add."""
+    mask = [helper.make_node("Sub", ["one", "m"], ["keep"]),
+            helper.make_node("Mul", ["keep", "big"], ["mask"])]
+    scores = [helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores")]
+    rest = [helper.make_node("Div", ["s", "scale"], ["sd"], name="scale"),
+            helper.make_node("Add", ["sd", "mask"], ["a"], name="mask_add"),
+            helper.make_node("Softmax", ["a"], ["p"], axis=-1),
+            helper.make_node("MatMul", ["p", "v"], ["y"])]
+    nodes = scores + mask + rest if mask_late else mask + scores + rest
+    inits = [("one", np.array(1, F)), ("big", np.array(-1e4, F)), ("scale", np.array(d ** 0.5, F))]
+    inputs = [("q", F, (batch, heads, seq, d)), ("kt", F, (batch, heads, d, seq)),
+              ("v", F, (batch, heads, seq, d)), ("m", F, mask_shape)]
+    return make_model(nodes, inputs, [("y", F, (batch, heads, seq, d))], inits)
+
+
+@pytest.mark.parametrize("mask_shape, batch, mask_late", [
+    ((1, 1, 1, 24), 1, False), ((2, 1, 1, 24), 2, True), ((1, 1, 24, 24), 1, False),
+    ((24,), 2, False), ((2, 2, 24, 24), 2, True)])
+def test_attention_scale_and_mask_become_the_scores_epilogue(mask_shape, batch, mask_late):
+    m = _attention_model(mask_shape, batch, mask_late=mask_late)
+    feeds = {"q": rand(batch, 2, 24, 8, seed=1), "kt": rand(batch, 2, 8, 24, seed=2),
+             "v": rand(batch, 2, 24, 8, seed=3),
+             "m": (rand(*mask_shape, seed=4) > 0).astype(F)}  # some positions masked
+    assert_matches(m, feeds)
+    kernels = cc.compile(m).meta["kernels"]
+    assert [kn["op"] for kn in kernels if kn["op"] != "Fused"] == ["MatMul", "Softmax", "MatMul"]
+    scores = next(kn for kn in kernels if "scores" in kn["onnx_nodes"])
+    # (a mask of the scores' own shape is computed in the epilogue too)
+    assert {"scores", "scale", "mask_add"} <= set(scores["onnx_nodes"])
+
+
+def test_an_add_that_broadcasts_the_scores_stays_a_kernel_of_its_own():
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["s"]),
+             helper.make_node("Add", ["s", "c"], ["y"])]
+    m = make_model(nodes, [("a", F, (1, 6, 4)), ("b", F, (1, 4, 5)), ("c", F, (3, 6, 5))],
+                   [("y", F, (3, 6, 5))])
+    assert_matches(m, {"a": rand(1, 6, 4, seed=1), "b": rand(1, 4, 5, seed=2),
+                       "c": rand(3, 6, 5, seed=3)})
+    assert sorted(kn["op"] for kn in cc.compile(m).meta["kernels"]) == ["Add", "MatMul"]
 
 
 def _conv(x, w, y, k):
