@@ -186,8 +186,20 @@ class KernelLowering:
 
     # ------------------------------------------------------------ expressions
     def address(self, buf: L.Buf, index: L.Expr, inbounds: bool = True) -> ir.Value:
-        return self.b.gep(self.ptrs[id(buf)], [self.expr(index)], inbounds=inbounds,
+        return self.b.gep(self.pointer(buf), [self.expr(index)], inbounds=inbounds,
                           source_etype=mem_type(buf.dtype))
+
+    def pointer(self, buf: L.Buf) -> ir.Value:
+        """A param's pointer, or a scratch array's: allocated on first use in this function's
+        entry block (an outlined parallel loop's own, so one per thread)."""
+        ptr = self.ptrs.get(id(buf))
+        if ptr is None and isinstance(buf, L.Scratch):
+            array = self.alloca_builder.alloca(ir.ArrayType(mem_type(buf.dtype), buf.size),
+                                               name=buf.name)
+            array.align = 64
+            array.type = PTR  # an opaque pointer, as the params are (llvmlite types it)
+            ptr = self.ptrs[id(buf)] = array
+        return ptr
 
     def splat(self, e: L.Expr, lanes: int) -> ir.Value:
         """e's value with `lanes` lanes: scalars in vector contexts are broadcast."""

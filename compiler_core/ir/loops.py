@@ -144,6 +144,15 @@ class Buf:
 
 
 @dataclass(eq=False)
+class Scratch(Buf):
+    """An array of the kernel's own, on the stack of the function that runs the loops
+    reading it: each thread of a parallel loop has its own, reused item after item, so it
+    stays in cache (a few KB: the stack is the thread's)."""
+
+    __hash__ = object.__hash__
+
+
+@dataclass(eq=False)
 class Load(Expr):
     buf: Buf
     index: Expr
@@ -532,6 +541,11 @@ def logical_and(a: Expr, b: Expr) -> Expr:
 
 # ---------------------------------------------------------------- builder
 
+# a thread's stack is 2 MB or more (glibc's and libgomp's default for the main thread and
+# the pool's): scratch arrays stay far below it
+MAX_SCRATCH_BYTES = 128 * 1024
+
+
 class KernelBuilder:
     """Builds one Kernel: `with kb.loop(n) as i: kb.store(out, (i,), x[i] * 2)`."""
 
@@ -608,6 +622,13 @@ class KernelBuilder:
 
     def store_flat(self, buf: Buf, i, value, valid: int | None = None) -> None:
         self.store(buf, as_expr(i), value, valid)
+
+    def scratch(self, name: str, dtype, size: int) -> Scratch:
+        """A flat array of `size` elements for this kernel's own use (see Scratch)."""
+        if size * _dt(dtype).itemsize > MAX_SCRATCH_BYTES:
+            raise ValueError(f"{self.name}: scratch {name} of {size} elements is past "
+                             f"{MAX_SCRATCH_BYTES} bytes")
+        return Scratch(name, _dt(dtype), (int(size),))
 
     def prefetch(self, buf: Buf, i, level: int = 2) -> None:
         self.emit(Prefetch(buf, as_expr(i), level))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.loops import Get, as_expr, broadcast, pick_lanes
+from ..ir.loops import MAX_SCRATCH_BYTES, Get, as_expr, broadcast, pick_lanes
 from .conv import PARALLEL_MIN_FLOPS
 from .epilogue import apply_activation
 from .registry import lowering
@@ -55,6 +55,27 @@ class DepthwiseSchedule:
     # (s x the FMAs, plain loads) whose lanes are picked once, not a strided load (a masked
     # run and a shuffle) per tap
     dense_columns: bool = False
+    # with column stride 2, each plane's rows are first split into their even and odd
+    # columns, zero-padded, in a scratch array of the thread's (phase_rows_fit): every tap
+    # is then a plain load, and each input row is shuffled once, not once per tap
+    phase_rows: bool = False
+
+
+def phase_rows_fit(node, lanes: int) -> bool:
+    """Whether a plane's phase rows (phase_row_width each) fit a scratch array."""
+    if _column_stride(node) != 2:
+        return False
+    return _phase_rows_bytes(node, lanes) <= MAX_SCRATCH_BYTES
+
+
+def _phase_rows_bytes(node, lanes: int) -> int:
+    return 2 * node.inputs[0].shape[2] * phase_row_width(node, lanes) * 4
+
+
+def phase_row_width(node, lanes: int) -> int:
+    """Columns of one phase row: every output vector's taps read whole vectors in it."""
+    OW, KW = node.outputs[0].shape[3], node.attrs["kernel_shape"][1]
+    return -(-OW // lanes) * lanes + (KW - 1) // 2
 
 
 def _planes(node) -> int:
@@ -88,8 +109,24 @@ def default_depthwise_schedule(node, spec) -> DepthwiseSchedule:
     # 240 at 28x28 24 -> 29)
     dense = _column_stride(node) > 1 and (spec.vector_bits < 512
                                           or KW >= DENSE_COLUMNS_MIN_TAPS_512)
+    phases = spec.vector_bits >= 512 and _phase_rows_pay(node, spec.vector_bits // 32)
     return DepthwiseSchedule(2, flops >= PARALLEL_MIN_TAP_FLOPS and _planes(node) > 1, flat,
-                             dense)
+                             dense and not phases, phases)
+
+
+# Phase rows beat dense columns where 5 or more taps a row share each split row and the
+# rows fill whole vectors, with the plane's phase rows in L1 (znver4, 1 thread, stride 2:
+# 5x5 over 72 channels at 56x56 101 -> 70 us; 5x5 over 672 at 14x14, 7 outputs a row,
+# 57 -> 86; 3x3 over 64 at 112x112, 58 KB of phase rows, 110 -> 152, over 240 at 28x28 24
+# -> 28 against strided taps). Measured on AVX-512 only: on AVX2 the tuner's to choose.
+PHASE_ROWS_MIN_TAPS = 5
+PHASE_ROWS_MAX_BYTES = 32 * 1024
+
+
+def _phase_rows_pay(node, lanes: int) -> bool:
+    return (phase_rows_fit(node, lanes) and node.attrs["kernel_shape"][1] >= PHASE_ROWS_MIN_TAPS
+            and node.outputs[0].shape[3] >= lanes
+            and _phase_rows_bytes(node, lanes) <= PHASE_ROWS_MAX_BYTES)
 
 
 def _column_stride(node) -> int:
@@ -101,7 +138,9 @@ def depthwise_space(node, spec) -> list[DepthwiseSchedule]:
     splits = (True, False) if _planes(node) > 1 else (False,)
     flats = (True, False) if flat_fits(node, spec.vector_bits // 32) else (False,)
     denses = (True, False) if _column_stride(node) > 1 else (False,)
-    return [DepthwiseSchedule(acc, par, flat, dense) for dense in denses for flat in flats
+    phases = (True, False) if phase_rows_fit(node, spec.vector_bits // 32) else (False,)
+    return [DepthwiseSchedule(acc, par, flat, dense, phase) for phase in phases
+            for dense in (denses if not phase else (False,)) for flat in flats
             for par in splits for acc in (1, 2, 3, 4)]
 
 
@@ -143,17 +182,20 @@ class _Plane:
     """The code for one (image, channel) plane, row by row."""
 
     def __init__(self, node, kb, bufs, nc, taps, bias, sched: DepthwiseSchedule):
-        self.kb, (self.x, self.y, self.residual), self.nc = kb, bufs, nc
+        self.node, self.kb, (self.x, self.y, self.residual), self.nc = node, kb, bufs, nc
         self.accumulators = sched.accumulators
         self.taps, self.bias = taps, bias
         self.act = node.attrs.get("activation")
         (self.sh, self.sw), (self.ph, self.pw) = node.attrs["strides"], node.attrs["pads_begin"]
         self.dense = sched.dense_columns and self.sw > 1
+        self.phases = sched.phase_rows and self.sw == 2
 
     def rows(self):
         """Output rows whose window stays inside the input in a loop, the others (top and
         bottom) static with their in-bounds kernel rows only."""
         H, OH, KH = self.x.shape[2], self.y.shape[2], len(self.taps)
+        if self.phases:
+            self.split_phases()
         lo, hi = inside_range(H, KH, self.sh, self.ph, OH)
         for oh in [*range(lo), *range(hi, OH)]:
             self.row(as_expr(oh), valid_taps(oh, H, KH, self.sh, self.ph))
@@ -161,10 +203,50 @@ class _Plane:
             with self.kb.loop(hi, start=lo, name="oh") as oh:
                 self.row(oh, list(range(KH)))
 
+    def split_phases(self):
+        """The plane's rows into self.scratch as phase rows: element q of input row h's
+        phase p holds column 2q + p - pw of the row, zero outside it."""
+        H, W = self.x.shape[2:]
+        lanes = self.kb.lanes(self.y.dtype)
+        self.phase_width = Q = phase_row_width(self.node, lanes)
+        self.scratch = self.kb.scratch("phase_rows", self.y.dtype, 2 * H * Q)
+        with self.kb.loop(H, name="h") as h:
+            row = (self.nc * H + h) * W
+            for p in range(2):
+                for q0 in range(0, Q, lanes):
+                    cols = [2 * (q0 + t) + p - self.pw for t in range(lanes)]
+                    inside = [t for t, col in enumerate(cols) if 0 <= col < W]
+                    value = (self.x.vec(row + cols[0], lanes, inside[-1] + 1, 2, inside[0])
+                             if inside else broadcast(as_expr(0.0, self.y.dtype), lanes))
+                    self.kb.store_flat(self.scratch, (h * 2 + p) * Q + q0, value,
+                                       min(lanes, Q - q0))
+
+    def phase_row(self, oh, rows: list[int]):
+        """Output row oh from the phase rows: tap (i, j) of the outputs from column ow is
+        the vector at ow + j // 2 of input row oh * sh + i - ph's phase j % 2."""
+        OH, OW, KW = self.y.shape[2], self.y.shape[3], len(self.taps[0])
+        lanes, Q = self.kb.lanes(self.y.dtype), self.phase_width
+        full, rest = divmod(OW, lanes)
+
+        def vector(ow, width):
+            loads = [(i, j, self.scratch.vec(((oh * self.sh + i - self.ph) * 2 + j % 2) * Q
+                                             + ow + j // 2, lanes))
+                     for i in rows for j in range(KW)]
+            self.finish(self.sum_taps(loads, lanes), (self.nc * OH + oh) * OW + ow, lanes,
+                        width)
+        if full:
+            with self.kb.loop(full, name="ow") as k:
+                vector(k * lanes, lanes)
+        if rest:
+            vector(as_expr(full * lanes), rest)
+
     def row(self, oh, rows: list[int]):
         """Output row oh (an Expr) from the kernel rows `rows` (the in-bounds ones), in
         vectors of columns: the ones wholly inside [lo, hi) in a loop, the others (at the
         edges, or a partial last one) each with its taps' in-bounds lanes."""
+        if self.phases:
+            self.phase_row(oh, rows)
+            return
         W, OW, KW = self.x.shape[3], self.y.shape[3], len(self.taps[0])
         lanes = self.kb.lanes(self.y.dtype)
         # dense columns read on to the column before the next output's first tap

@@ -5,9 +5,9 @@ decides what to fuse).
 An activation is either an op name ("Relu") or an elementwise program, a dict with the
 `program` of a "Fused" node (passes/fuse_elementwise.py) and its `inputs`: None for the
 producer's result, a number for each scalar constant, ["operand", j] for the j-th tensor
-the producer reads for its epilogue (its value at the element: `operands[j]`). x * Sigmoid(x) (SiLU), HardSwish
-and the Erf form of GELU are such programs. Every function here works on
-scalars and on vectors alike (the loop IR splats constants).
+the producer reads for its epilogue (its value at the element: `operands[j]`).
+x * Sigmoid(x) (SiLU), HardSwish and the Erf form of GELU are such programs. Every
+function here works on scalars and on vectors alike (the loop IR splats constants).
 """
 from __future__ import annotations
 
@@ -49,4 +49,3 @@ def _run_program(activation: dict, value: Expr, operands) -> Expr:
     inputs = [value if c is None else operands[c[1]] if isinstance(c, list)
               else as_expr(c, value.dtype) for c in activation["inputs"]]
     return run_program(activation["program"], inputs)
-

@@ -110,8 +110,8 @@ FLAT_MODEL = (8, 6, 6, 5, 1, {"pads": [2, 2, 2, 2]})  # in fewer vectors flat, i
                                        ((3, 19, 44, 3, 2, {"pads": [1, 0, 1, 1]}), False)])
 def test_every_schedule_of_the_search_space_is_correct(case, flat, monkeypatch):
     """The autotuner's candidates (chains of taps, planes split or not, flat planes where
-    they fit, dense columns where the stride is > 1) all match ORT, at one and two threads,
-    with a residual and an activation."""
+    they fit, dense columns or phase rows where the column stride is 2) all match ORT, at
+    one and two threads, with a residual and an activation."""
     import tempfile
 
     from compiler_core.codegen.target_machine import host_spec
@@ -127,9 +127,11 @@ def test_every_schedule_of_the_search_space_is_correct(case, flat, monkeypatch):
     space = depthwise_space(node, host_spec())
     strided = case[4] > 1
     assert DepthwiseSchedule(2, True) in space
-    assert len(space) == 8 * (1 + flat) * (1 + strided)
+    assert len(space) == 8 * (1 + flat) * (1 + 2 * strided)
     assert any(s.flat for s in space) == flat
     assert any(s.dense_columns for s in space) == strided
+    assert any(s.phase_rows for s in space) == strided
+    assert not any(s.phase_rows and s.dense_columns for s in space)
     expected = next(iter(ort_run(model, feeds).values()))
     for sched in space:
         monkeypatch.setitem(schedule.DEFAULTS, "DepthwiseConv", lambda n, spec, s=sched: s)
@@ -158,13 +160,28 @@ def test_small_planes_go_flat_on_avx512(c, hw, k, stride, flat):
     assert not default_depthwise_schedule(node, AVX2).flat
 
 
-@pytest.mark.parametrize("k,stride", [(3, 1), (3, 2), (5, 1), (5, 2)])
-def test_strided_columns_go_dense(k, stride):
+@pytest.mark.parametrize("c,hw,k,stride,avx512", [
+    (64, 56, 3, 1, "strided"), (64, 56, 3, 2, "strided"), (64, 56, 5, 1, "strided"),
+    (72, 56, 5, 2, "phase rows"),    # 28 outputs a row, 15 KB of phase rows
+    (672, 14, 5, 2, "dense"),        # 7 outputs a row: a vector of them mostly empty
+    (16, 128, 5, 2, "dense")])       # 68 KB of phase rows: past L1
+def test_strided_columns_take_dense_columns_or_phase_rows(c, hw, k, stride, avx512):
     """A column stride takes dense columns and one pick on AVX2 (masked runs and shuffles
-    per tap cost more there); on AVX-512 only from 5 taps a row (strided loads win on 3)."""
+    per tap cost more there); on AVX-512 strided loads on 3 taps a row, from 5 phase rows
+    where a row's outputs fill vectors and the plane's phase rows fit L1, else dense."""
     from compiler_core.frontend.onnx import import_model
     from compiler_core.kernels.depthwise import default_depthwise_schedule
-    model, _ = _model(64, 56, 56, k, stride, {"pads": [k // 2] * 4})
+    model, _ = _model(c, hw, hw, k, stride, {"pads": [k // 2] * 4})
     node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
-    assert default_depthwise_schedule(node, AVX2).dense_columns == (stride > 1)
-    assert default_depthwise_schedule(node, AVX512).dense_columns == (stride > 1 and k >= 5)
+    avx2 = default_depthwise_schedule(node, AVX2)
+    assert (avx2.dense_columns, avx2.phase_rows) == (stride > 1, False)
+    wide = default_depthwise_schedule(node, AVX512)
+    assert (wide.dense_columns, wide.phase_rows) == (avx512 == "dense", avx512 == "phase rows")
+
+
+def test_scratch_arrays_are_bounded():
+    from compiler_core.ir.loops import MAX_SCRATCH_BYTES, KernelBuilder
+    kb = KernelBuilder("k")
+    assert kb.scratch("s", np.float32, MAX_SCRATCH_BYTES // 4).size == MAX_SCRATCH_BYTES // 4
+    with pytest.raises(ValueError, match="scratch"):
+        kb.scratch("s", np.float32, MAX_SCRATCH_BYTES // 4 + 1)
