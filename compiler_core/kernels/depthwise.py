@@ -12,7 +12,9 @@ loads, kept inside the row). With stride 2 a tap is a strided vector load (ir/lo
 a run loaded whole and shuffled), as LLVM's loop vectorizer left rows of 14 or 7 outputs
 scalar and summed the taps across lanes. On AVX2 (DepthwiseSchedule.dense_columns) a vector
 of stride-2 outputs is two vectors of taps at every column instead, plain loads, its even
-lanes picked once (ir/loops.Pick).
+lanes picked once (ir/loops.Pick). Or (DepthwiseSchedule.phase_rows, stride 2) each plane's
+rows are first split into their even and odd columns in a scratch array of the thread's,
+zero-padded, after which every tap is a plain load.
 Small planes of stride 1 whose rows fill few lanes go flat instead (DepthwiseSchedule.flat):
 the plane as one run of vectors, each tap a load whose lanes are masked where the tap falls
 outside the plane (a 7x7 plane in 4 vectors of 16 lanes instead of 7 rows of one).
@@ -69,7 +71,8 @@ def phase_rows_fit(node, lanes: int) -> bool:
 
 
 def _phase_rows_bytes(node, lanes: int) -> int:
-    return 2 * node.inputs[0].shape[2] * phase_row_width(node, lanes) * 4
+    x = node.inputs[0]
+    return 2 * x.shape[2] * phase_row_width(node, lanes) * x.dtype.itemsize
 
 
 def phase_row_width(node, lanes: int) -> int:

@@ -152,8 +152,8 @@ def fuse_epilogue(graph: Graph) -> Graph:
         for y, activation, operands in _epilogues_of(e):
             p = made_by.get(y)
             if (p is None or p.op not in EPILOGUE_PRODUCERS or p.guards or p in replaced
-                    or p in absorbed
-                    or p.attrs.get("activation") or y in outputs or uses.get(y) != [e]
+                    or p in absorbed or p.attrs.get("activation") or y in outputs
+                    or uses.get(y) != [e]
                     or (operands and not _takes_operands(p, y, operands))):
                 continue
             fused = Node(p.op, list(p.inputs) + operands, [e.outputs[0], *p.outputs[1:]],
