@@ -153,8 +153,7 @@ def fuse_epilogue(graph: Graph) -> Graph:
             p = made_by.get(y)
             if (p is None or p.op not in EPILOGUE_PRODUCERS or p.guards or p in replaced
                     or p in absorbed or p.attrs.get("activation") or y in outputs
-                    or uses.get(y) != [e]
-                    or (operands and not _takes_operands(p, y, operands))):
+                    or uses.get(y) != [e] or (operands and not _takes_operands(p))):
                 continue
             fused = Node(p.op, list(p.inputs) + operands, [e.outputs[0], *p.outputs[1:]],
                          dict(p.attrs, activation=activation), p.name, p.guards, p.schedule,
@@ -170,17 +169,12 @@ def fuse_epilogue(graph: Graph) -> Graph:
     return Graph(graph.inputs, graph.outputs, nodes, graph.name, graph.opset)
 
 
-def _takes_operands(p: Node, y: Value, operands: list[Value]) -> bool:
-    """Whether p's lowering can read these tensors in its epilogue: a MatMul of matrices
-    (operands indexed by batch, row and column), each operand broadcasting to y alone."""
+def _takes_operands(p: Node) -> bool:
+    """Whether p's lowering can read tensors in its epilogue: a MatMul of matrices (operands
+    indexed by batch, row and column; each broadcasts to its result, as every input of the
+    elementwise node does to that node's result, which has the same shape)."""
     return (p.op in OPERAND_EPILOGUE_PRODUCERS and len(p.inputs) == 2
-            and all(len(v.shape) >= 2 for v in p.inputs)
-            and all(_broadcasts_to(v.shape, y.shape) for v in operands))
-
-
-def _broadcasts_to(shape: tuple, target: tuple) -> bool:
-    return len(shape) <= len(target) and all(
-        d in (1, t) for d, t in zip(shape[::-1], target[::-1]))
+            and all(len(v.shape) >= 2 for v in p.inputs))
 
 
 def _epilogues_of(e: Node) -> list[tuple[Value, dict, list[Value]]]:
