@@ -84,10 +84,14 @@ def interleave(runners: dict, warmup: int = 3, min_runs: int = 10, max_seconds: 
     1.5x slower than after itself. With `settle`, each turn starts with untimed calls: for
     about `settle_ms`, then on until one runs within SETTLE_TOLERANCE of the runner's fastest
     call so far (the previous runtime's threads have given up the cores), for at most
-    SETTLE_MAX_MS."""
+    SETTLE_MAX_MS. The warm-up ends with SETTLE_MAX_MS of each runner's calls back to back,
+    so that the fastest call is one that nothing slowed down."""
     fastest = {name: float("inf") for name in runners}
     for _ in range(warmup):
         fastest = {name: min(fastest[name], _call_ms(fn)) for name, fn in runners.items()}
+    if settle and warmup:  # a fastest call to settle against, not slowed by others' spinning
+        fastest = {name: _settle(fn, SETTLE_MAX_MS, fastest[name])
+                   for name, fn in runners.items()}
     repeats = {name: max(1, min(50, int(block_ms / max(ms, 1e-3)))) if warmup else 1
                for name, ms in fastest.items()}
     samples: dict[str, list[float]] = {name: [] for name in runners}
