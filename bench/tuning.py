@@ -58,7 +58,8 @@ def measure(model, tune_seconds: float, threads: int, seconds: float, records: P
             "reused": summary["reused"], "tuned_kernels": summary["tuned_kernels"],
             "untuned_ms": ms["untuned"], "tuned_ms": ms["tuned"], "ort_ms": ms["ort"],
             "speedup_tuning": ms["untuned"] / ms["tuned"], "speedup_ort": ms["ort"] / ms["tuned"],
-            "same_outputs": same, "tune_s": tune_s, "curve": summary["curve"]}
+            "same_outputs": same, "tune_s": tune_s, "curve": summary["curve"],
+            "model_check": summary["model_check"]}
 
 
 def format_row(r: dict) -> str:

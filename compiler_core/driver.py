@@ -74,16 +74,7 @@ def _compile(model, input_shapes, target, opt_level, tuner, progress, link, weig
     graph = run_pipeline(graph, opt_level, tgt.spec, weight_dtype,
                          tuner and _stage(report, "tune", tuner))
     report("build")
-    plan = plan_memory(add_error_flags(graph))
-    check_arena(plan.arena_size)  # before the arena or any kernel exists
-    steps, step_nodes = lower_graph(graph, plan, tgt.spec)
-    module = build_module(graph.name, tgt.spec.triple, steps, plan)
-    obj = emit_object(str(module), tgt.spec, opt_level)
-    with tempfile.TemporaryDirectory(prefix="tensorforge-") as tmp:
-        so_path = Path(tmp) / "model.so"
-        link(obj, pack_weights(plan), Path(tmp) / "build", so_path, uses_openmp(module),
-             tgt.spec.triple)
-        so_bytes = so_path.read_bytes()
+    so_bytes, steps, step_nodes, plan = build_model(graph, tgt.spec, opt_level, link)
     analysis = work_analysis(layers, onnx_ops, steps, step_nodes)
     stats = {"compile_seconds": round(time.perf_counter() - started, 3),
              "arena_bytes": plan.arena_size, "weights_bytes": plan.weights_size,
@@ -91,6 +82,21 @@ def _compile(model, input_shapes, target, opt_level, tuner, progress, link, weig
              "flops": sum(k["flops"] for k in analysis["kernels"])}
     return Artifact(artifact_files(graph, tgt, opt_level, steps, so_bytes, stats,
                                    tuner and tuner.summary(), analysis)), graph, tgt
+
+
+def build_model(graph: Graph, spec: MachineSpec, opt_level: int, link: Callable = link_shared):
+    """(model.so's bytes, the entry point's steps, the node behind each, the memory plan) of
+    a graph whose passes have all run."""
+    plan = plan_memory(add_error_flags(graph))
+    check_arena(plan.arena_size)  # before the arena or any kernel exists
+    steps, step_nodes = lower_graph(graph, plan, spec)
+    module = build_module(graph.name, spec.triple, steps, plan)
+    obj = emit_object(str(module), spec, opt_level)
+    with tempfile.TemporaryDirectory(prefix="tensorforge-") as tmp:
+        so_path = Path(tmp) / "model.so"
+        link(obj, pack_weights(plan), Path(tmp) / "build", so_path, uses_openmp(module),
+             spec.triple)
+        return so_path.read_bytes(), steps, step_nodes, plan
 
 
 def make_tuner(request, tgt, opt_level, weight_dtype, on_tune, records,

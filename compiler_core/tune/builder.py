@@ -35,6 +35,13 @@ class BuildTask:
     threads: int = 1
     weight_dtype: str = "float32"
     prologue: list = field(default_factory=list)  # nodes computing the node's inputs first
+    # a whole model instead of one node (the model check, tune/model_check.py): each of
+    # `schedules` is then a tuple with every node's schedule, in the graph's order
+    graph: Graph | None = None
+
+    @property
+    def ops(self) -> set[str]:
+        return {n.op for n in self.graph.nodes} if self.graph else {self.node.op}
 
 
 def _copy(node: Node, **changes) -> Node:
@@ -53,6 +60,17 @@ def finished_nodes(task: BuildTask, schedule) -> list[Node]:
     for p in split_at_schedules(task.opt_level, task.spec, task.weight_dtype)[1]:
         graph = p(graph)
     return add_error_flags(graph).nodes
+
+
+def finished_model(task: BuildTask, schedules: tuple) -> Graph:
+    """The task's graph as the model's build would finish it with these schedules."""
+    graph = dataclasses.replace(task.graph, inputs=list(task.graph.inputs),
+                                outputs=list(task.graph.outputs),
+                                nodes=[_copy(n, schedule=s)
+                                       for n, s in zip(task.graph.nodes, schedules)])
+    for p in split_at_schedules(task.opt_level, task.spec, task.weight_dtype)[1]:
+        graph = p(graph)
+    return graph
 
 
 @dataclass
@@ -88,7 +106,7 @@ def _libraries(kernels: list, spec: MachineSpec, opt_level: int, errors: list) -
     with tempfile.TemporaryDirectory(prefix="tensorforge-batch-") as tmp:
         apart, here = good[:len(good) // 2], good[len(good) // 2:]
         path = Path(tmp) / "apart.so"
-        pid = _fork(lambda: build_library(_flat(kernels, apart), spec, opt_level, path)) \
+        pid = fork_and_run(lambda: build_library(_flat(kernels, apart), spec, opt_level, path)) \
             if apart else 0
         libs_here = _library(kernels, here, spec, opt_level, errors)
         built = pid and os.waitpid(pid, 0)[1] == 0
@@ -99,7 +117,7 @@ def _libraries(kernels: list, spec: MachineSpec, opt_level: int, errors: list) -
     return libs
 
 
-def _fork(build) -> int:
+def fork_and_run(build) -> int:
     pid = os.fork()
     if pid == 0:  # the child builds and leaves at once, whatever happens
         code = 1

@@ -2,6 +2,7 @@
 
     python -m compiler_core.tune.measure_child TASK.pickle [MODULE ...]
 
+A task with a whole graph (the model check) goes to tune/measure_model.py instead.
 MODULEs are imported first (they register the lowerings and spaces of ops outside
 compiler_core.kernels). Prints one JSON object per line, flushed as it happens, so the
 parent knows which candidate was running when the child crashed or hung:
@@ -58,12 +59,13 @@ def arrays_for(nodes: list, rng_seed: int = 0) -> dict[str, np.ndarray]:
         elif v.name in made:
             arrays[v.name] = np.zeros(v.shape, v.dtype)
         else:
-            rng = np.random.default_rng([rng_seed, zlib.crc32(v.name.encode())])
-            arrays[v.name] = _random(rng, v)
+            arrays[v.name] = random_input(v, rng_seed)
     return arrays
 
 
-def _random(rng, v) -> np.ndarray:
+def random_input(v, seed: int = 0) -> np.ndarray:
+    """The same values for a value of this name in every candidate."""
+    rng = np.random.default_rng([seed, zlib.crc32(v.name.encode())])
     if v.dtype.kind == "f":
         return rng.standard_normal(v.shape).astype(v.dtype)
     if v.dtype.kind == "b":
@@ -173,6 +175,10 @@ def main(argv: list[str]) -> int:
     from .builder import build_batch
     with open(argv[0], "rb") as f:
         task = pickle.load(f)
+    if task.graph is not None:
+        from .measure_model import measure_models
+        measure_models(task, say)
+        return 0
     built = build_batch(task)
     say(built=built.errors)
     libs = {id(lib): lib for kernels in filter(None, built.libs) for lib, _ in kernels}

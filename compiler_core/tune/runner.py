@@ -26,6 +26,9 @@ from .builder import BuildTask
 
 BUILD_SECONDS = 120.0      # LLVM over a whole batch
 CANDIDATE_SECONDS = 10.0   # checking and timing one candidate
+# whole models (the model check): each built as cc.compile builds it; a turn of timing
+MODEL_BUILD_SECONDS = 600.0
+MODEL_TURN_SECONDS = 60.0
 
 
 @dataclass
@@ -34,15 +37,19 @@ class Measurement:
     seconds: float | None = None   # per call; None when it failed
     error: str | None = None
     by: str | None = None          # the worker that measured it (the service's slots)
+    parts: list | None = None      # a whole model's: [[onnx nodes, seconds] per kernel]
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
 
-def run_batch(task: BuildTask, candidate_seconds: float = CANDIDATE_SECONDS,
-              build_seconds: float = BUILD_SECONDS) -> list[Measurement]:
+def run_batch(task: BuildTask, candidate_seconds: float | None = None,
+              build_seconds: float | None = None) -> list[Measurement]:
     """One Measurement per schedule of the task (the reference first)."""
+    whole = task.graph is not None
+    candidate_seconds = candidate_seconds or (MODEL_TURN_SECONDS if whole else CANDIDATE_SECONDS)
+    build_seconds = build_seconds or (MODEL_BUILD_SECONDS if whole else BUILD_SECONDS)
     results: dict[int, Measurement] = {}
     todo = list(range(len(task.schedules)))
     while todo:
@@ -87,8 +94,8 @@ def _kill_group(proc) -> None:
 
 
 def _command(task: BuildTask, path: Path) -> list[str]:
-    modules = sorted({fn.__module__ for fn in (LOWERINGS.get(task.node.op),
-                                               SPACES.get(task.node.op)) if fn is not None})
+    modules = sorted({fn.__module__ for op in task.ops
+                      for fn in (LOWERINGS.get(op), SPACES.get(op)) if fn is not None})
     return [sys.executable, "-m", "compiler_core.tune.measure_child", str(path), *modules]
 
 
@@ -112,7 +119,8 @@ def _follow(proc, task, candidate_seconds, build_seconds, err_path) -> dict:
             running = event["start"]
         elif "done" in event:
             k = event["done"]
-            results[k] = Measurement(task.schedules[k], event.get("seconds"), event.get("error"))
+            results[k] = Measurement(task.schedules[k], event.get("seconds"), event.get("error"),
+                                     parts=event.get("parts"))
             running = None
     proc.wait()
     if running is not None or len(results) < len(task.schedules):

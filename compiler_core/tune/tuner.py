@@ -18,6 +18,9 @@ a batch starts only while one as long as the mean batch so far still ends within
 search's share of it (1 - CONFIRM_SHARE), and the head-to-heads go in order of the time
 they may save while one as long as the longest so far still fits; a best left
 unconfirmed is chosen on its search timing (the kernel's summary says `confirmed: false`).
+Last, the model check (tune/model_check.py) builds the whole model with and without the new
+choices and keeps only those whose kernels are faster in the model; it has the last
+MODEL_CHECK_SHARE of a seconds budget (a big model's two builds may take longer).
 
 Slots: `run` times a batch here; each of `slots` times batches elsewhere (in the service,
 another worker on the same hardware: tune/slots.py). Every slot is a thread that takes the
@@ -41,6 +44,8 @@ from ..analysis.node_cost import node_cost
 from ..codegen.target_machine import MachineSpec
 from ..ir import Graph, Node
 from .builder import BuildTask
+from .model_check import (MAX_WEIGHT_BYTES, in_model_key, onnx_names, seconds_in_model,
+                          weight_bytes)
 from .records import RecordStore, make_record
 from .request import TuningRequest
 from .runner import Measurement, run_batch
@@ -54,6 +59,7 @@ PEAK_FLOPS = 50e9  # one core, for the a-priori estimate of a kernel's time
 PEAK_BYTES = 20e9
 CONFIRM_ROUNDS = 3    # head-to-head re-timings of the best against the default, at most
 CONFIRM_SHARE = 0.1   # of a seconds budget
+MODEL_CHECK_SHARE = 0.15  # of a seconds budget, kept for the model check
 GRACE_SECONDS = 30.0  # how long other slots' batches are awaited once the local slot is done
 WAIT_SECONDS = 0.5    # a slot waiting for batches in flight looks at a seconds budget this often
 
@@ -74,6 +80,7 @@ class Workload:
     in_flight: int = 0            # batches in flight
     confirmed: bool = False       # the choice stands after a head-to-head with the default
     prologue: list = field(default_factory=list)  # builder.BuildTask.prologue
+    in_model: dict = field(default_factory=dict)  # schedule -> seconds per call in the model
 
     @property
     def op(self) -> str:
@@ -88,6 +95,15 @@ class Workload:
     def best(self) -> Measurement | None:
         ok = [m for m in self.tried.values() if m.ok]
         return min(ok, key=lambda m: m.seconds) if ok else None
+
+    @property
+    def choice(self):
+        """The schedule to use: the faster in the model when the model check timed it, else
+        the fastest alone when it beats the default."""
+        if self.in_model:
+            return min(self.in_model, key=self.in_model.get)
+        best, default = self.best, self.default_seconds
+        return best.schedule if best and default and best.seconds < default else self.space[0]
 
     @property
     def estimate(self) -> float:
@@ -151,6 +167,7 @@ class Tuner:
         self.trials, self.failures, self.seconds = 0, 0, 0.0
         self.curve: list[dict] = []
         self.note: str | None = None
+        self.model_check: dict | None = None
 
     def __call__(self, graph: Graph) -> Graph:
         self.workloads = collect_workloads(graph, self.spec, self.weight_dtype)
@@ -160,6 +177,7 @@ class Tuner:
         if self.measure:
             self._spend(started)
             self._confirm_all(started)
+            self._check_in_model(graph, started)
         self.seconds = time.monotonic() - started
         for w in self.workloads:
             self._apply(w)
@@ -177,6 +195,11 @@ class Tuner:
         if w.best is not None:
             w.source, w.done = "records", True
             self.strategy.observe(w, list(w.tried.values()))
+        for r in sorted(self.store.find(in_model_key(w.key), self.target),
+                        key=lambda r: r.get("at") or 0):
+            s = schedule_from_fields(r["schedule"], w.space)
+            if s is not None and not r["error"]:
+                w.in_model[s] = r["seconds"]
 
     def _record(self, w: Workload, m: Measurement) -> None:
         w.tried[m.schedule] = m
@@ -194,7 +217,8 @@ class Tuner:
         pending = sum(len(w.pending) for w in self.workloads)
         return bool((r.trials is not None and self.trials + pending >= r.trials)
                     or (r.seconds is not None and not self._fits(
-                        self._mean_batch(), started + r.seconds * (1 - CONFIRM_SHARE))))
+                        self._mean_batch(),
+                        started + r.seconds * (1 - CONFIRM_SHARE - MODEL_CHECK_SHARE))))
 
     @staticmethod
     def _fits(step_seconds: float, deadline: float) -> bool:
@@ -265,7 +289,7 @@ class Tuner:
                     return
                 self._batch_seconds.append(time.monotonic() - began)
                 self._finish_batch(w, task, fresh, measured)
-                self._progress(w, started)
+                self._progress(w.op, started)
                 self._lock.notify_all()
             if retire:
                 return
@@ -289,7 +313,7 @@ class Tuner:
             if w.in_flight:   # the rest of its space is in flight
                 self._lock.wait(WAIT_SECONDS)
             else:
-                self._progress(w, started)
+                self._progress(w.op, started)
         return None
 
     def _start_batch(self, w: Workload, size: int):
@@ -340,7 +364,8 @@ class Tuner:
     def _confirm_all(self, started: float) -> None:
         """Head-to-heads, the workloads that may save the most time first."""
         r = self.request
-        deadline = started + r.seconds if r.seconds is not None else float("inf")
+        deadline = started + r.seconds * (1 - MODEL_CHECK_SHARE) if r.seconds is not None \
+            else float("inf")
         for w in sorted(self.workloads, key=_possible_saving, reverse=True):
             self._confirm(w, deadline)
 
@@ -368,15 +393,79 @@ class Tuner:
             confirmed.add(best.schedule)
         w.confirmed = bool(confirmed) and w.best.schedule in confirmed | {w.space[0]}
 
+    def _check_in_model(self, graph: Graph, started: float) -> None:
+        """tune/model_check.py: the workloads whose choice the model has not confirmed yet
+        keep it only if their kernels are faster in the tuned model than in the default."""
+        unchecked = [w for w in self.workloads if w.choice != w.space[0] and not w.in_model]
+        if not unchecked:
+            return
+        if weight_bytes(graph) > MAX_WEIGHT_BYTES:
+            self.model_check = {"checked": False, "why": "the model's weights are too big "
+                                "to build it twice"}
+            return
+        self.model_check = {"checked": None, "kernels": len(unchecked)}  # under way
+        self._progress("model check", started)
+        began = time.monotonic()
+        base = {id(n): w.choice for w in self.workloads if w not in unchecked for n in w.nodes}
+        tuned = {**base, **{id(n): w.choice for w in unchecked for n in w.nodes}}
+        schedules = [tuple(choices.get(id(n), n.schedule) for n in graph.nodes)
+                     for choices in (base, tuned)]
+        task = BuildTask(graph.nodes[0], schedules, self.spec, self.opt_level, [],
+                         self.request.threads, self.weight_dtype, graph=graph)
+        with self._local:
+            default, chosen = self.run_batch(task)
+        if not (default.ok and chosen.ok):
+            self._model_check_failed(unchecked, default, chosen)
+        else:
+            self._judge_in_model(unchecked, default, chosen)
+        self.model_check["seconds"] = round(time.monotonic() - began, 2)
+        self._progress("model check", started)
+
+    def _judge_in_model(self, unchecked: list, default: Measurement,
+                        chosen: Measurement) -> None:
+        for w in unchecked:
+            w.in_model = {w.space[0]: self._seconds_in_model(w, default.parts),
+                          w.choice: self._seconds_in_model(w, chosen.parts)}
+            for s, seconds in w.in_model.items():
+                self._record_in_model(w, s, seconds, None, default.by)
+        self.model_check = {"checked": True, "kernels": len(unchecked),
+                            "kept": sum(w.choice != w.space[0] for w in unchecked),
+                            "default_ms": _ms(default.seconds), "tuned_ms": _ms(chosen.seconds)}
+
+    def _model_check_failed(self, unchecked: list, default: Measurement,
+                            chosen: Measurement) -> None:
+        """A tuned model that is wrong or does not run keeps the defaults (each kernel passed
+        its own check, so this is rare: the model's outputs differ past rounding); when the
+        default build failed, the choices stay as the kernels' own timings made them."""
+        self.model_check = {"checked": False, "why": (default.error or chosen.error)[:300]}
+        if not default.ok:
+            return
+        for w in unchecked:
+            self._record_in_model(w, w.choice, None, chosen.error, default.by)
+            w.in_model = {w.space[0]: self._seconds_in_model(w, default.parts)}
+            self._record_in_model(w, w.space[0], w.in_model[w.space[0]], None, default.by)
+
+    @staticmethod
+    def _seconds_in_model(w: Workload, parts: list) -> float:
+        """Per call: the workload's nodes' kernels, and their prologues', in the model."""
+        return seconds_in_model(onnx_names(w.nodes + w.prologue), parts) / len(w.nodes)
+
+    def _record_in_model(self, w: Workload, schedule, seconds, error, by) -> None:
+        """A measurement too (a trial)."""
+        self.trials += 1
+        self.measured_by[by or "local"] += 1
+        self.failures += error is not None
+        self.store.add(make_record(in_model_key(w.key), self.target, w.op,
+                                   schedule_fields(schedule), schedule == w.space[0],
+                                   seconds, error))
+
     # ---------------------------------------------------------------- results
 
     def _apply(self, w: Workload) -> None:
-        best = w.best
-        if best is not None and w.default_seconds and best.seconds < w.default_seconds:
-            for n in w.nodes:
-                n.schedule = best.schedule
+        for n in w.nodes:
+            n.schedule = w.choice
 
-    def _progress(self, w: Workload, started: float) -> None:
+    def _progress(self, op: str, started: float) -> None:
         point = {"trials": self.trials, **self._estimate()}
         self.curve.append(point)
         self.on_progress({
@@ -384,7 +473,8 @@ class Tuner:
             "kernels_done": sum(x.done for x in self.workloads),
             "trials": self.trials, "trials_budget": self.request.trials,
             "seconds": round(time.monotonic() - started, 2),
-            "seconds_budget": self.request.seconds, "op": w.op, "failures": self.failures,
+            "seconds_budget": self.request.seconds, "op": op, "failures": self.failures,
+            "model_check": self.model_check,
             **point})
 
     def _estimate(self) -> dict:
@@ -401,7 +491,8 @@ class Tuner:
                 "reused": sum(w.source == "records" for w in self.workloads),
                 "tuned_kernels": sum(w.source == "tuned" for w in self.workloads),
                 "tunable_kernels": len(self.workloads), "seconds": round(self.seconds, 2),
-                "note": self.note, "kernels": kernels, "curve": self.curve,
+                "note": self.note, "model_check": self.model_check,
+                "kernels": kernels, "curve": self.curve,
                 "measured_by": dict(self.measured_by),
                 "slot_failures": self.slot_failures[:10]}
 
@@ -414,7 +505,9 @@ class Tuner:
                 "default_ms": _ms(w.default_seconds),
                 "chosen_ms": _ms(m.seconds if m and m.ok else None),
                 "schedule": schedule_fields(chosen), "default": chosen == w.space[0],
-                "confirmed": w.confirmed}
+                "confirmed": w.confirmed,
+                "in_model_ms": {"default": _ms(w.in_model.get(w.space[0])),
+                                "chosen": _ms(w.in_model.get(chosen))} if w.in_model else None}
 
 
 def _possible_saving(w: Workload) -> float:

@@ -36,8 +36,9 @@ def tuned(tmp_path_factory):
 def test_meta_reports_the_tuning(tuned):
     art, records = tuned
     t = art.meta["tuning"]
-    # 12, and up to 3 head-to-heads of the best against the default
-    assert t["enabled"] and 12 <= t["trials"] <= 18 and t["trials"] % 2 == 0
+    # 12, up to 3 head-to-heads of the best against the default, and the model check
+    assert t["enabled"] and 12 <= t["trials"] <= 20 and t["trials"] % 2 == 0
+    assert t["model_check"] is None or t["model_check"]["checked"]
     assert t["tuned_kernels"] == 1 and t["reused"] == 0
     (k,) = t["kernels"]
     assert k["op"] == "PackedGemm" and k["default_ms"] > 0 and k["chosen_ms"] <= k["default_ms"]

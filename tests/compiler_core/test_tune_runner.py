@@ -2,6 +2,7 @@
 results (tests/compiler_core/tune_probe_kernels.py): each is recorded as a failure, none is
 chosen, and tuning goes on to the fastest correct candidate."""
 import functools
+from dataclasses import replace
 
 import numpy as np
 from onnx import helper
@@ -50,7 +51,8 @@ def test_tuner_survives_bad_candidates_and_picks_the_fast_one(tmp_path):
     tuner(graph)
     summary = tuner.summary()
     assert graph.nodes[0].schedule == ProbeSchedule("fast")
-    assert summary["trials"] == 5 + 2 and summary["failures"] == 3  # 2: the head-to-head
+    # 2: the head-to-head, 2: the model check
+    assert summary["trials"] == 5 + 2 + 2 and summary["failures"] == 3
     (kernel,) = summary["kernels"]
     assert kernel["chosen_ms"] < kernel["default_ms"]
     failed = {r["schedule"]["mode"] for r in store.all() if r["error"]}
@@ -121,3 +123,64 @@ def test_candidates_are_timed_going_round_copies_of_their_weights():
     for _ in range(7):
         call()
     assert seen == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_a_model_check_builds_and_profiles_whole_models():
+    """Candidates that are whole models: built as cc.compile builds them, checked against
+    the first, and timed per kernel; each kernel names the ONNX nodes it computes (the
+    padding the conv's own, so that it counts with the conv)."""
+    graph = padded_conv_graph()
+    conv = next(w for w in collect_workloads(graph, host_spec()) if w.op == "Conv")
+    lanes = host_spec().vector_bits // 32
+    default = tuple(n.schedule for n in graph.nodes)
+    winograd = tuple(winograd_schedule(n, 2, lanes) if n is conv.nodes[0] else n.schedule
+                     for n in graph.nodes)
+    task = BuildTask(graph.nodes[0], [default, winograd], host_spec(), 3, [], graph=graph)
+    measured = run_batch(task)
+    assert [m.error for m in measured] == [None, None]
+    conv_name = conv.nodes[0].onnx_nodes[0]
+    for m in measured:
+        assert m.seconds > 0 and all(names == [conv_name] for names, _ in m.parts)
+        assert 0 < sum(t for _, t in m.parts) <= 1.5 * m.seconds
+
+
+def slower_in_the_model(task):
+    """run_batch, except that whole models report the tuned one's kernels at twice the
+    default's time: a choice that wins alone and loses in the model."""
+    measured = run_batch(task, **FAST_LIMITS)
+    if task.graph is None:
+        return measured
+    default, chosen = measured
+    return [default, replace(chosen, parts=[[names, 2 * t] for names, t in default.parts])]
+
+
+def test_a_choice_slower_in_the_model_is_not_kept_now_or_from_the_records(tmp_path):
+    path = tmp_path / "records.jsonl"
+    graph = probe_graph()
+    tuner = Tuner(TuningRequest(trials=20), host_spec(), 3, RecordStore(path),
+                  run=slower_in_the_model)
+    tuner(graph)
+    assert graph.nodes[0].schedule == ProbeSchedule("slow")
+    summary = tuner.summary()
+    assert summary["model_check"]["checked"] and summary["model_check"]["kept"] == 0
+    (kernel,) = summary["kernels"]
+    assert kernel["default"] and kernel["in_model_ms"]["chosen"] == kernel["in_model_ms"]["default"]
+    in_model = [r for r in RecordStore(path).all() if r["workload"].endswith("@model")]
+    assert sorted(r["schedule"]["mode"] for r in in_model) == ["fast", "slow"]
+
+    def no_measuring(task):
+        raise AssertionError("measured a workload the records already hold")
+    again = Tuner(TuningRequest(trials=20), host_spec(), 3, RecordStore(path), run=no_measuring)
+    assert again(probe_graph()).nodes[0].schedule == ProbeSchedule("slow")
+
+
+def test_a_choice_faster_in_the_model_is_kept():
+    graph = probe_graph()
+    tuner = Tuner(TuningRequest(trials=20), host_spec(), 3, RecordStore(),
+                  run=functools.partial(run_batch, **FAST_LIMITS))
+    tuner(graph)
+    assert graph.nodes[0].schedule == ProbeSchedule("fast")
+    check = tuner.summary()["model_check"]
+    assert check["checked"] and check["kept"] == 1 and check["tuned_ms"] < check["default_ms"]
+    (kernel,) = tuner.summary()["kernels"]
+    assert kernel["in_model_ms"]["chosen"] < kernel["in_model_ms"]["default"]

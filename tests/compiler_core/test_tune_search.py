@@ -31,6 +31,16 @@ def measure(s) -> Measurement:
     return Measurement(s, synthetic_seconds(s))
 
 
+def synthetic_measurement(task, schedule, by: str | None = None) -> Measurement:
+    """A kernel's synthetic time; for a whole model (the model check), its kernels' times
+    and their sum."""
+    if task.graph is None:
+        return Measurement(schedule, synthetic_seconds(schedule), by=by)
+    parts = [[list(n.onnx_nodes), synthetic_seconds(s)]
+             for n, s in zip(task.graph.nodes, schedule)]
+    return Measurement(schedule, sum(t for _, t in parts), by=by, parts=parts)
+
+
 def test_model_ranks_unseen_candidates_by_their_time():
     w = gemm_workload()
     rng = random.Random(1)

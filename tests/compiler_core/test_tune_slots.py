@@ -12,10 +12,9 @@ import pytest
 from compiler_core.codegen.target_machine import host_spec
 from compiler_core.ir import Graph
 from compiler_core.tune import RecordStore, Tuner, TuningRequest, tuner as tuner_module
-from compiler_core.tune.runner import Measurement
 from compiler_core.tune.search import RandomSearch
 
-from .test_tune_search import gemm_workload, synthetic_seconds
+from .test_tune_search import gemm_workload, synthetic_measurement
 
 BATCH_SECONDS = 0.08
 
@@ -41,7 +40,7 @@ class FakeMeasurer:
         time.sleep(self.sleep)
         with self.lock:
             self.busy -= 1
-        return [Measurement(s, synthetic_seconds(s), by=self.name) for s in task.schedules]
+        return [synthetic_measurement(task, s, self.name) for s in task.schedules]
 
 
 def tune(request: TuningRequest, tmp_path, local, slots=(), strategy=None) -> Tuner:
@@ -90,15 +89,18 @@ def test_a_trials_budget_is_kept_with_batches_in_flight(tmp_path, no_early_stop)
 
 
 def test_a_seconds_budget_is_a_limit(tmp_path, no_early_stop):
-    """No batch or head-to-head starts that would end past the budget: batches of 0.2 s in
-    1.1 s end at 0.2, 0.4, 0.6, 0.8 (one more would pass the search's 0.99 s), then one
-    head-to-head ends at 1.0 (a second would end at 1.2). Random search: the cost model's
-    training between batches (0.1-0.15 s on a znver3 core) would move those ends."""
-    tuner = tune(TuningRequest(seconds=1.1), tmp_path, FakeMeasurer(sleep=0.2),
+    """No batch or head-to-head starts that would end past its share of the budget: batches
+    of 0.2 s in 1.3 s end at 0.2, 0.4, 0.6, 0.8 (one more would pass the search's 0.975 s),
+    then one head-to-head ends at 1.0 (a second would pass 1.105 s), and the model check
+    at 1.2. Random search: the cost model's training between batches (0.1-0.15 s on a znver3
+    core) would move those ends."""
+    tuner = tune(TuningRequest(seconds=1.3), tmp_path, FakeMeasurer(sleep=0.2),
                  strategy=RandomSearch())
     summary = tuner.summary()
-    assert summary["seconds"] <= 1.1
-    assert summary["trials"] == 4 * 8 + 2   # the first batch's reference counts, no other
+    assert summary["seconds"] <= 1.3
+    # the first batch's reference counts, no other; the model check's 2 count
+    assert summary["trials"] == 4 * 8 + 2 + 2
+    assert summary["model_check"]["checked"] and summary["model_check"]["kept"] == 1
     (kernel,) = summary["kernels"]
     assert kernel["confirmed"] and not kernel["default"]
 
@@ -132,7 +134,7 @@ def test_one_slot_measures_as_before(tmp_path):
 
     def run(task):
         seen.append(len(task.schedules))
-        return [Measurement(s, synthetic_seconds(s)) for s in task.schedules]
+        return [synthetic_measurement(task, s) for s in task.schedules]
     tuner = tune(TuningRequest(trials=20), tmp_path, run)
     assert seen[:3] == [8, 9, 5] and np.sum(seen[:3]) - 2 == 20  # 2 references not counted
     assert tuner.summary()["measured_by"] == {"local": tuner.summary()["trials"]}

@@ -233,3 +233,21 @@ def test_job_page_shows_tuning_progress_and_curve(browser, api, uploaded, no_enq
     page = browser.get(f"/jobs/{job_id}/").content.decode()
     assert 'id="tuning-progress"' in page and "1 / 3" in page and "of 64" in page
     assert "2 failed" in page and 'id="tuning-chart"' in page and "<polyline" in page
+
+
+def test_job_page_shows_the_model_check(browser, api, uploaded, no_enqueue):
+    job_id = api.post_json("/api/v1/jobs", {"model": uploaded["id"], "input_shapes": {"x": [1, 256]},
+                                            "tuning": {"trials": 64}}).json()["id"]
+    progress = {"kernels_done": 3, "kernels_total": 3, "trials": 66, "trials_budget": 64,
+                "failures": 0, "seconds": 30.0, "seconds_budget": None, "estimate_ms": 1.5,
+                "default_ms": 2.0, "curve": [],
+                "model_check": {"checked": None, "kernels": 2}}
+    CompileJob.objects.filter(pk=job_id).update(state="running", stage="tune",
+                                                tuning_progress=progress)
+    page = browser.get(f"/jobs/{job_id}/").content.decode()
+    assert 'id="model-check"' in page and "checking…" in page
+    progress["model_check"] = {"checked": True, "kernels": 2, "kept": 1, "default_ms": 2.1,
+                               "tuned_ms": 1.9, "seconds": 12.0}
+    CompileJob.objects.filter(pk=job_id).update(tuning_progress=progress)
+    page = browser.get(f"/jobs/{job_id}/").content.decode()
+    assert "1 / 2 kept" in page and "tuned 1.9" in page

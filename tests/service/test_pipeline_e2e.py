@@ -140,8 +140,9 @@ def test_tuning_job_shares_its_records_with_the_next_job(api, worker):
 
     first = tuned_job()
     shared = TuningRecord.objects.filter(job=first).count()
-    assert 9 <= shared <= 15  # the budget, and the best timed again against the default
-    assert first.tuning_progress["trials"] == 9 and len(first.tuning_progress["curve"]) >= 2
+    # the budget, the best timed again against the default, the model check
+    assert 9 <= shared <= 17
+    assert first.tuning_progress["trials"] == shared and len(first.tuning_progress["curve"]) >= 2
     assert f"{shared} new records shared" in first.log
     second = tuned_job()  # the same kernel: its records are reused, nothing is measured
     assert TuningRecord.objects.filter(job=second).count() == 0
