@@ -184,3 +184,13 @@ def test_a_choice_faster_in_the_model_is_kept():
     assert check["checked"] and check["kept"] == 1 and check["tuned_ms"] < check["default_ms"]
     (kernel,) = tuner.summary()["kernels"]
     assert kernel["in_model_ms"]["chosen"] < kernel["in_model_ms"]["default"]
+
+
+def test_outputs_are_compared_against_their_largest_magnitude():
+    from compiler_core.tune.measure_child import mismatch
+    want = np.array([300.0, 1e-3, np.nan, -np.inf], np.float32)
+    rounding = np.array([300.0 + 3e-3, 2e-3, np.nan, -np.inf], np.float32)  # 1e-3 apart at 0
+    assert mismatch([rounding], [want]) is None
+    assert "max abs err" in mismatch([rounding + 1.0], [want])
+    assert "not finite" in mismatch([np.array([300.0, 1e-3, 0.0, -np.inf], np.float32)], [want])
+    assert mismatch([np.array([1, 2])], [np.array([1, 3])]) is not None
