@@ -13,6 +13,17 @@ def sleeper(seconds: float, log: list, name: str):
     return call
 
 
+def disturbed_after_others(log: list, at_first: bool = True):
+    """Runner "a": 10 ms for its first 3 calls after another runner's (another runtime's
+    threads still spinning), and before any other ran if `at_first`; else 1 ms."""
+    def call():
+        others = [k for k, n in enumerate(log) if n != "a"]
+        since_other = len(log) - others[-1] if others else (0 if at_first else 99)
+        log.append("a")
+        time.sleep(0.010 if since_other <= 3 else 0.001)
+    return call
+
+
 def test_one_call_per_turn_alternates_runners():
     log = []
     samples = interleave({"a": sleeper(0.001, log, "a"), "b": sleeper(0.003, log, "b")},
@@ -51,14 +62,7 @@ def test_settle_waits_until_a_runner_is_as_fast_as_it_has_been():
     """A runner disturbed for its first 3 calls after the other one ran (another runtime's
     threads still spinning) is timed only once it runs at its usual speed again."""
     log = []
-
-    def disturbed():
-        others = [k for k, n in enumerate(log) if n != "a"]
-        since_other = len(log) - others[-1] if others else 99
-        log.append("a")
-        time.sleep(0.010 if since_other <= 3 else 0.001)
-
-    samples = interleave({"a": disturbed, "b": sleeper(0.001, log, "b")}, warmup=1,
+    samples = interleave({"a": disturbed_after_others(log, at_first=False), "b": sleeper(0.001, log, "b")}, warmup=1,
                          min_runs=3, max_seconds=0.0, settle=True, settle_ms=1.0)
     assert max(samples["a"]) < 5.0
     turns = [k for k in range(1, len(log)) if log[k - 1:k + 1] == ["b", "a"]]
@@ -69,13 +73,6 @@ def test_settle_learns_a_runners_speed_when_it_always_follows_a_disturber():
     """Every warm-up call of "a" comes right after "b", whose threads slow "a"'s next 3
     calls: unless "a" is first timed alone for a while, its slow calls pass for settled."""
     log = []
-
-    def disturbed():
-        others = [k for k, n in enumerate(log) if n != "a"]
-        since_other = len(log) - others[-1] if others else 0
-        log.append("a")
-        time.sleep(0.010 if since_other <= 3 else 0.001)
-
-    samples = interleave({"b": sleeper(0.001, log, "b"), "a": disturbed}, warmup=2,
+    samples = interleave({"b": sleeper(0.001, log, "b"), "a": disturbed_after_others(log)}, warmup=2,
                          min_runs=3, max_seconds=0.0, settle=True, settle_ms=1.0)
     assert max(samples["a"]) < 5.0
