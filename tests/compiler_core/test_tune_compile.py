@@ -107,5 +107,5 @@ def test_cli_compile_tunes_and_reports(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "1 kernels tuned" in out.stdout
     meta = json.loads((tmp_path / "art" / "meta.json").read_text())
-    assert 9 <= meta["tuning"]["trials"] <= 15
+    assert 9 <= meta["tuning"]["trials"] <= 17  # as in test_meta_reports_the_tuning
     assert f"tuning: {meta['tuning']['trials']} trials" in out.stdout

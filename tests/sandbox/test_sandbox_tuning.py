@@ -25,7 +25,8 @@ def test_compile_child_tunes_through_its_helper(tmp_path):
     events = []
     result = run_child(ChildSpec("compile", args, tmp_path, 300), on_event=events.append)
     tuning = result["meta"]["tuning"]
-    assert 9 <= tuning["trials"] <= 15 and tuning["failures"] == 0  # + head-to-heads
+    # 9, up to 3 head-to-heads of the best against the default, and the model check
+    assert 9 <= tuning["trials"] <= 17 and tuning["failures"] == 0
     assert len(records.read_text().splitlines()) == tuning["trials"]
     assert [e["tuning"]["trials"] for e in events if e.get("stage") == "tune" and "tuning" in e]
 
