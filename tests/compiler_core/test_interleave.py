@@ -13,14 +13,15 @@ def sleeper(seconds: float, log: list, name: str):
     return call
 
 
-def disturbed_after_others(log: list, at_first: bool = True):
-    """Runner "a": 10 ms for its first 3 calls after another runner's (another runtime's
-    threads still spinning), and before any other ran if `at_first`; else 1 ms."""
+def disturbed_after_others(log: list, at_first: bool = True, slow=lambda since: since <= 3):
+    """Runner "a": 10 ms for the calls that `slow` picks by how many calls ago another runner
+    ran (another runtime's threads still spinning), by default its first 3 after another's,
+    and before any other ran if `at_first`; else 1 ms."""
     def call():
         others = [k for k, n in enumerate(log) if n != "a"]
         since_other = len(log) - others[-1] if others else (0 if at_first else 99)
         log.append("a")
-        time.sleep(0.010 if since_other <= 3 else 0.001)
+        time.sleep(0.010 if slow(since_other) else 0.001)
     return call
 
 
@@ -63,8 +64,9 @@ def test_settle_waits_until_a_runner_is_as_fast_as_it_has_been():
     """A runner disturbed for its first 3 calls after the other one ran (another runtime's
     threads still spinning) is timed only once it runs at its usual speed again."""
     log = []
-    samples = interleave({"a": disturbed_after_others(log, at_first=False), "b": sleeper(0.001, log, "b")}, warmup=1,
-                         min_runs=3, max_seconds=0.0, settle=True, settle_ms=1.0)
+    samples = interleave({"a": disturbed_after_others(log, at_first=False),
+                          "b": sleeper(0.001, log, "b")},
+                         warmup=1, min_runs=3, max_seconds=0.0, settle=True, settle_ms=1.0)
     assert max(samples["a"]) < 5.0
     turns = [k for k in range(1, len(log)) if log[k - 1:k + 1] == ["b", "a"]]
     assert turns and all(log[k:k + 4] == ["a"] * 4 for k in turns)
@@ -74,8 +76,8 @@ def test_settle_learns_a_runners_speed_when_it_always_follows_a_disturber():
     """Every warm-up call of "a" comes right after "b", whose threads slow "a"'s next 3
     calls: unless "a" is first timed alone for a while, its slow calls pass for settled."""
     log = []
-    samples = interleave({"b": sleeper(0.001, log, "b"), "a": disturbed_after_others(log)}, warmup=2,
-                         min_runs=3, max_seconds=0.0, settle=True, settle_ms=1.0)
+    samples = interleave({"b": sleeper(0.001, log, "b"), "a": disturbed_after_others(log)},
+                         warmup=2, min_runs=3, max_seconds=0.0, settle=True, settle_ms=1.0)
     assert max(samples["a"]) < 5.0
 
 
@@ -83,12 +85,7 @@ def test_settle_waits_out_a_disturbance_that_comes_and_goes():
     """After another runner, every other call of "a" is slow for a while (another runtime's
     threads spin on and off): one fast call does not end the settling, settle_ms of them do."""
     log = []
-
-    def a():
-        others = [k for k, n in enumerate(log) if n != "a"]
-        since_other = len(log) - others[-1] if others else 99
-        log.append("a")
-        time.sleep(0.010 if since_other <= 8 and since_other % 2 else 0.001)
+    a = disturbed_after_others(log, at_first=False, slow=lambda since: since <= 8 and since % 2)
     samples = interleave({"b": sleeper(0.001, log, "b"), "a": a}, warmup=1, min_runs=3,
                          max_seconds=0.0, settle=True, settle_ms=3.0)
     assert max(samples["a"]) < 5.0
