@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from bench import baselines, kernel_peaks, table
+from bench import baselines, kernel_peaks, kernel_report, table
 from bench.machine import vector_isa
 from bench.models import main, parse_args
 from tests.models import catalog
@@ -101,3 +101,20 @@ def test_a_model_openvino_cannot_convert_keeps_the_other_baselines(monkeypatch, 
     runners["ort"]()
     assert f"OpenVINO cannot run {model.name}: Exception from core.cpp:84:" in \
         capsys.readouterr().err
+
+
+def test_kernel_report_takes_each_kernels_median_run():
+    """One disturbed run must not put a kernel at the top of the report."""
+    class Loaded:
+        meta = {"kernels": [{"name": "k0_Conv", "op": "Conv", "flops": 2e6},
+                            {"name": "k1_Conv", "op": "Conv", "flops": 2e6}]}
+        calls = []
+
+        def profile(self, feeds, runs):
+            self.calls.append(runs)
+            slow = len(self.calls) == 3  # one run in which k1 was disturbed
+            return [{"mean_ms": 0.2}, {"mean_ms": 3.0 if slow else 0.1}]
+
+    rows = kernel_report.kernel_rows(Loaded(), {})
+    assert [r["ms"] for r in rows] == [0.2, 0.1] and rows[1]["gflops"] == pytest.approx(20)
+    assert Loaded.calls == [1] * kernel_report.PROFILE_RUNS
