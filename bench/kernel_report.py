@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 
-# Per kernel, the median of this many single-run profiles. A mean let one disturbed run
-# lead the report: AMD EPYC (LLVM: znver5), YOLOv8n-320 at 2 threads, two 1x1 convs read
-# 0.306 and 0.362 ms as means of 5 runs, against 0.09-0.11 ms in every run of a profile
-# taken alone.
+# Per kernel, the median over this many profiled runs. A mean let one disturbed run lead
+# the report: AMD EPYC (LLVM: znver5), YOLOv8n-320 at 2 threads, two 1x1 convs read 0.306
+# and 0.362 ms as means of 5 runs, against 0.09-0.11 ms in every run of a profile taken
+# alone.
 PROFILE_RUNS = 7
 
 
 def kernel_rows(loaded, feeds: dict) -> list[dict]:
-    runs = [loaded.profile(feeds, runs=1) for _ in range(PROFILE_RUNS)]
+    medians = np.median(loaded.profile_runs(feeds, PROFILE_RUNS), axis=0)
     rows = []
     for k, meta in enumerate(loaded.meta["kernels"]):
-        ms, flops = float(np.median([run[k]["mean_ms"] for run in runs])), meta.get("flops")
+        ms, flops = float(medians[k]), meta.get("flops")
         rows.append({"index": k, "name": meta["name"], "op": meta["op"], "ms": ms,
                      "flops": flops, "bytes": meta.get("bytes"),
                      "onnx_nodes": meta.get("onnx_nodes", []),

@@ -49,26 +49,30 @@ class LoadedModel:
         return {s["name"]: o for s, o in zip(self.outputs, outs)}
 
     def profile(self, feeds: dict, runs: int = 10) -> list[dict]:
-        """Mean wall time of each kernel over `runs` runs, in model order, after one
-        untimed run. Profiles follow other work (an interleaved comparison whose last turn
-        was ONNX Runtime's): our thread pool has gone to sleep, and the first kernel of the
-        first run waits for it. AMD EPYC (LLVM: znver5), 2 threads, YOLOv8n-320's first
-        kernel (the input's padding) took 0.1 to 7.9 ms in a first run right after ONNX
-        Runtime's calls, 0.05 ms in the next ones; `make bench` reported 0.636 ms."""
+        """Mean wall time of each kernel over `runs` runs, in model order (profile_runs)."""
+        means = self.profile_runs(feeds, runs).mean(axis=0)
+        return [{"name": k["name"], "op": k["op"], "mean_ms": float(ms)}
+                for k, ms in zip(self.meta["kernels"], means)]
+
+    def profile_runs(self, feeds: dict, runs: int = 10) -> np.ndarray:
+        """Milliseconds of each kernel (columns, model order) in each of `runs` runs (rows),
+        after one untimed run. Profiles follow other work (an interleaved comparison whose
+        last turn was ONNX Runtime's): our thread pool has gone to sleep, and the first
+        kernel of the first run waits for it. AMD EPYC (LLVM: znver5), 2 threads,
+        YOLOv8n-320's first kernel (the input's padding) took 0.1 to 7.9 ms in a first run
+        right after ONNX Runtime's calls, 0.05 ms in the next ones; `make bench` reported
+        0.636 ms."""
         arrays = self._check(feeds)
         outs = empty_outputs(self.outputs)
         fn = self._lib.tf_profile
         fn.restype = ctypes.c_int
         count = len(self.meta["kernels"])
-        ns = np.zeros(max(count, 1), np.int64)
+        ns = np.zeros((runs + 1, max(count, 1)), np.int64)  # tf_profile adds to its row
         ins = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         outp = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
-        for run in range(runs + 1):
-            if run == 1:
-                ns[:] = 0  # the untimed run's times
-            fn(ins, outp, ctypes.c_void_p(self._arena_ptr), ctypes.c_void_p(ns.ctypes.data))
-        return [{"name": k["name"], "op": k["op"], "mean_ms": float(t) / runs / 1e6}
-                for k, t in zip(self.meta["kernels"], ns)]
+        for row in ns:
+            fn(ins, outp, ctypes.c_void_p(self._arena_ptr), ctypes.c_void_p(row.ctypes.data))
+        return ns[1:, :count] / 1e6
 
     def run_into(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
         self.bind(arrays, outs)()
