@@ -5,7 +5,8 @@ FLOPs count a multiply-add as 2, as GFLOP/s figures (and numpy's sgemm peak) do:
   channels / group) * kernel taps (strides and dilations only change the output size);
   ConvTranspose: 2 * input elements * (OC / group) * taps;
   bias, a fused residual add and a fused activation add one per output element each.
-* MatMul: 2 * M * N * K per batch entry; Gemm the same plus one per element for C;
+* MatMul: 2 * M * N * K per batch entry, plus a fused softmax's 5 per element; Gemm the
+  same plus one per element for C;
   PackedGemm (a MatMul/Gemm with constant weights) the same plus its fused epilogue.
 * LSTM/GRU/RNN: per step, batch entry and direction 2 * gates * hidden * (input + hidden) for
   the input and recurrent products, plus ~4 per gate value for the cell arithmetic.
@@ -124,7 +125,8 @@ def _conv_transpose(node: Node) -> int:
 
 def _matmul(node: Node) -> int:
     products = 2 * _out(node) * node.inputs[0].shape[-1] if node.inputs[0].shape else _out(node)
-    return products + _epilogue(node, ())
+    softmax = PER_ELEMENT["Softmax"] * _out(node) if node.attrs.get("softmax") else 0
+    return products + _epilogue(node, ()) + softmax
 
 
 def _gemm(node: Node) -> int:

@@ -19,6 +19,7 @@ from ..ir.loops import INDEX, Buf, Expr, Get, as_expr, broadcast_index, minimum,
 from .epilogue import apply_activation, is_arithmetic, is_heavy
 from .elementwise import loop_kind
 from .microkernel import PACKED_B_AHEAD_BYTES, PREFETCH_BYTES, PREFETCH_MIN_ROWS, prefetch_lines
+from .reduce import normalise_row
 from .registry import lowering
 
 # The default tiles (see default_tiles): at most 6 rows per register tile, and vectors per
@@ -64,11 +65,16 @@ class Output:
     A `heavy` epilogue (a sigmoid, say) does not run on the register tiles, where it would
     keep LLVM's SLP vectorizer from vectorizing the tile, but in a vectorized sweep over
     each block of finished tiles while they are still in cache.
+
+    row_sweep(m), if given, emits code that rewrites row m in place once every column of
+    it is final (a fused softmax): right after each block of rows when one block of
+    columns covers them all, the rows still in L1, else once the whole product is done.
     """
     buf: Buf
     start: Callable[[Expr, Expr], Expr]
     row_epilogue: Callable[[Expr], Callable[[Expr, Expr], Expr]] | None = None
     heavy: bool = False
+    row_sweep: Callable[[Expr], None] | None = None
 
     def finisher(self, m):
         return self.row_epilogue(m) if self.row_epilogue is not None else (lambda v, n: v)
@@ -114,10 +120,17 @@ def emit_gemm(kb, shape: GemmShape, a: Operand, b: Operand, out: Output, dtype=n
     B is per column tile when `b_panels`: the tiles prefetch them."""
     if shape.N < SMALL_N and not a_tiled:
         _emit_dot_products(kb, shape, a, b, out, dtype)
+        _sweep_rows(kb, shape.M, out)
     else:
         dtype = np.dtype(dtype)
         tiles = tiles or default_tiles(shape, kb.lanes(dtype), dtype.itemsize)
         _TiledGemm(kb, shape, a, b, out, dtype, tiles, a_tiled, b_panels).emit()
+
+
+def _sweep_rows(kb, rows: int, out: Output, first: Expr | int = 0):
+    if out.row_sweep is not None:
+        with kb.loop(rows, name="m") as i:
+            out.row_sweep(i + first)
 
 
 class _TiledGemm:
@@ -139,18 +152,21 @@ class _TiledGemm:
         self.a_ahead = (PREFETCH_BYTES // dtype.itemsize
                         if a_tiled and self.mr >= PREFETCH_MIN_ROWS else 0)
         self.b_ahead = PACKED_B_AHEAD_BYTES // dtype.itemsize if b_panels else 0
+        self.rows_final_by_block = self.chunks == 1 and self.nc >= shape.N
 
     def emit(self):
         K = self.shape.K
         if self.chunks == 1:
             self._column_blocks((as_expr(0), as_expr(K)), None)
-            return
-        size = self.chunk_size
-        with self.kb.loop(self.chunks, name="kc") as c:
-            self._column_blocks((c * size, minimum(c * size + size, as_expr(K))), c)
-        if self.out.row_epilogue is not None:
-            with self.kb.loop(self.shape.M, name="m") as m:
-                self._finish_row(m, as_expr(0), self.shape.N)
+        else:
+            size = self.chunk_size
+            with self.kb.loop(self.chunks, name="kc") as c:
+                self._column_blocks((c * size, minimum(c * size + size, as_expr(K))), c)
+            if self.out.row_epilogue is not None:
+                with self.kb.loop(self.shape.M, name="m") as m:
+                    self._finish_row(m, as_expr(0), self.shape.N)
+        if not self.rows_final_by_block:
+            _sweep_rows(self.kb, self.shape.M, self.out)
 
     def _column_blocks(self, k_range, chunk):
         full, tail = divmod(self.shape.N, self.nc)
@@ -176,6 +192,8 @@ class _TiledGemm:
         if chunk is None and self._sweeps_epilogue:
             with self.kb.loop(mr, name="m") as i:
                 self._finish_row(m0 + i, n_lo, width)
+        if self.rows_final_by_block:
+            _sweep_rows(self.kb, mr, self.out, m0)
 
     @property
     def _sweeps_epilogue(self) -> bool:
@@ -266,7 +284,8 @@ def lower_matmul(node, kb, ins, outs):
     and B, which broadcast to Y (an attention's mask). Plain arithmetic runs on the
     register tiles: AMD EPYC (LLVM: znver4), 1 thread, BERT-384's scores scaled and masked
     by the Q K^T MatMul (new/old) 1.012-1.015 on the tiles, 0.998-1.001 in a sweep over
-    each block of finished tiles."""
+    each block of finished tiles. A fused softmax along the rows (attrs "softmax",
+    passes/fuse_softmax.py) runs over each block of finished rows."""
     a, b, operands = ins[0], ins[1], ins[2:]
     y = outs[0]
     act = node.attrs.get("activation")
@@ -289,11 +308,15 @@ def lower_matmul(node, kb, ins, outs):
                                                      for t in operands])
             return finish
 
+        def softmax(m):
+            normalise_row(kb, y, y, y_base + m * N, N, log=False)
+
         emit_gemm(kb, GemmShape(M, N, K),
                   Operand(a, lambda m, k: a_base + m * K + k, K),
                   Operand(b, lambda k, n: b_base + k * N + n),
                   Output(y, lambda m, n0: y_base + m * N + n0, act and row_epilogue,
-                         is_heavy(act) and not is_arithmetic(act)), y.dtype)
+                         is_heavy(act) and not is_arithmetic(act),
+                         softmax if node.attrs.get("softmax") else None), y.dtype)
 
 
 # ---------------------------------------------------------------- Gemm

@@ -251,11 +251,21 @@ def lower_softmax(node, kb, ins, outs):
     with kb.loop(outer, kind=loop_kind(x.size, outer)) as o:
         if inner > 1 and len(outs) == 3:
             _softmax_columns(kb, x, y, outs[1], outs[2], o * n * inner, n, inner, log)
-        elif inner == 1 and x.dtype == y.dtype == np.float32 and kb.lanes(x.dtype) > 1:
-            _softmax_vector_row(kb, x, y, o * n, n, log)
+        elif inner == 1:
+            normalise_row(kb, x, y, o * n, n, log)
         else:
             with kb.loop(inner) as i:
                 _softmax_row(kb, x, y, o * n * inner + i, n, inner, log)
+
+
+def normalise_row(kb, x, y, base, n, log):
+    """Softmax (or LogSoftmax, `log`) of the contiguous row of n elements at `base` of x into
+    the same place of y. A softmax's y may be x itself: each element is read before it is
+    written (a LogSoftmax's vector row is not: it keeps its tail's exps in y)."""
+    if x.dtype == y.dtype == np.float32 and kb.lanes(x.dtype) > 1:
+        _softmax_vector_row(kb, x, y, base, n, log)
+    else:
+        _softmax_row(kb, x, y, base, n, 1, log)
 
 
 def _softmax_vector_row(kb, x, y, base, n, log):

@@ -14,6 +14,7 @@ from .finalize_outputs import finalize_outputs
 from .fold_batchnorm import fold_batchnorm
 from .fuse_activation import fuse_activation, fuse_epilogue
 from .fuse_elementwise import fuse_elementwise
+from .fuse_softmax import fuse_softmax
 from .pack_weights import pack_weights
 from .sparse_weights import use_sparse_weights_for
 from .weight_precision import store_weights_as
@@ -30,7 +31,7 @@ PIPELINES: dict[str, list] = {
            eliminate_dead_code, assign_schedules_for, use_winograd, pack_weights,
            add_conv_panels],
 }
-PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise, fuse_epilogue]
+PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise, fuse_epilogue, fuse_softmax]
 PIPELINES["O3"] = PIPELINES["O2"]
 
 

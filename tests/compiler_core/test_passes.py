@@ -108,7 +108,7 @@ def _attention_model(mask_shape, batch=1, heads=2, seq=24, d=8, mask_late=False)
     scores = [helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores")]
     rest = [helper.make_node("Div", ["s", "scale"], ["sd"], name="scale"),
             helper.make_node("Add", ["sd", "mask"], ["a"], name="mask_add"),
-            helper.make_node("Softmax", ["a"], ["p"], axis=-1),
+            helper.make_node("Softmax", ["a"], ["p"], axis=-1, name="softmax"),
             helper.make_node("MatMul", ["p", "v"], ["y"])]
     nodes = scores + mask + rest if mask_late else mask + scores + rest
     inits = [("one", np.array(1, F)), ("big", np.array(-1e4, F)), ("scale", np.array(d ** 0.5, F))]
@@ -127,10 +127,43 @@ def test_attention_scale_and_mask_become_the_scores_epilogue(mask_shape, batch, 
              "m": (rand(*mask_shape, seed=4) > 0).astype(F)}  # some positions masked
     assert_matches(m, feeds)
     kernels = cc.compile(m).meta["kernels"]
-    assert [kn["op"] for kn in kernels if kn["op"] != "Fused"] == ["MatMul", "Softmax", "MatMul"]
+    assert [kn["op"] for kn in kernels if kn["op"] != "Fused"] == ["MatMul", "MatMul"]
     scores = next(kn for kn in kernels if "scores" in kn["onnx_nodes"])
     # (a mask of the scores' own shape is computed in the epilogue too)
-    assert {"scores", "scale", "mask_add"} <= set(scores["onnx_nodes"])
+    assert {"scores", "scale", "mask_add", "softmax"} <= set(scores["onnx_nodes"])
+
+
+def _softmax_of_product(a_shape, b_shape, axis=-1, also_read=False):
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["y"], axis=axis)]
+    outputs = [("y", F, None)] + ([("s", F, None)] if also_read else [])
+    return make_model(nodes, [("a", F, a_shape), ("b", F, b_shape)], outputs)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((2, 3, 20, 8), (2, 3, 8, 37)),  # each block of rows normalised as it is finished
+    ((13, 400), (400, 21)),  # K in two chunks: the rows are final only at the end
+    ((7, 384), (384, 700)),  # several blocks of columns: the same
+    ((9, 16), (16, 3)),  # too few columns for register tiles: dot products
+    ((1, 5, 16), (16, 17)),  # a single row, B broadcast over the batch
+])
+def test_softmax_of_a_product_is_fused_into_it(a_shape, b_shape):
+    m = _softmax_of_product(a_shape, b_shape)
+    # scores up to about +-15: exps over several orders of magnitude
+    feeds = {"a": rand(*a_shape, seed=1, low=-2, high=2), "b": rand(*b_shape, seed=2)}
+    assert_matches(m, feeds, atol=1e-6)
+    assert [kn["op"] for kn in cc.compile(m).meta["kernels"]] == ["MatMul"]
+
+
+@pytest.mark.parametrize("a_shape, b_shape, axis, also_read", [
+    ((4, 6, 8), (4, 8, 10), 1, False),  # along the product's rows, not its columns
+    ((4, 6, 8), (4, 8, 10), -1, True),  # the scores are an output too
+    ((4, 6, 8), (8,), -1, False),  # B a vector: the last axis holds the rows
+])
+def test_softmax_stays_a_kernel_of_its_own(a_shape, b_shape, axis, also_read):
+    m = _softmax_of_product(a_shape, b_shape, axis, also_read)
+    assert_matches(m, {"a": rand(*a_shape, seed=1), "b": rand(*b_shape, seed=2)}, atol=1e-6)
+    assert sorted(kn["op"] for kn in cc.compile(m).meta["kernels"]) == ["MatMul", "Softmax"]
 
 
 def test_an_add_that_broadcasts_the_scores_stays_a_kernel_of_its_own():
