@@ -5,6 +5,7 @@ import functools
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from onnx import helper
 
 from compiler_core.codegen.target_machine import host_spec
@@ -172,6 +173,34 @@ def test_a_choice_slower_in_the_model_is_not_kept_now_or_from_the_records(tmp_pa
         raise AssertionError("measured a workload the records already hold")
     again = Tuner(TuningRequest(trials=20), host_spec(), 3, RecordStore(path), run=no_measuring)
     assert again(probe_graph()).nodes[0].schedule == ProbeSchedule("slow")
+
+
+def drifting(factors):
+    """run_batch, with every time the k-th child measures multiplied by factors[k] (by the
+    last factor after that): a shared machine that gets faster between children."""
+    calls = iter(factors)
+
+    def run(task):
+        f = next(calls, factors[-1])
+        return [replace(m, seconds=m.seconds * f) if m.ok else m
+                for m in run_batch(task, **FAST_LIMITS)]
+    return run
+
+
+def test_each_childs_times_are_put_in_the_units_of_the_defaults_first_time(tmp_path):
+    store = RecordStore(tmp_path / "records.jsonl")
+    tuner = Tuner(TuningRequest(trials=20), host_spec(), 3, store, run=drifting([1.0, 0.1]))
+    graph = tuner(probe_graph())
+    assert graph.nodes[0].schedule == ProbeSchedule("fast")
+    kernel = [r for r in store.all() if not r["workload"].endswith("@model")]
+    default = [r["seconds"] for r in kernel if r["default"]]
+    fast = [r["seconds"] for r in kernel if r["schedule"]["mode"] == "fast"]
+    # the first batch, then the head-to-head in a child ten times as fast
+    assert len(default) == len(fast) == 2
+    assert default[1] == default[0]
+    assert fast[1] > 0.3 * fast[0]
+    (summary,) = tuner.summary()["kernels"]
+    assert summary["default_ms"] == pytest.approx(default[0] * 1e3, rel=1e-4)
 
 
 def test_a_choice_faster_in_the_model_is_kept():
