@@ -115,23 +115,33 @@ def _other_operand(add: Node, y: Value) -> Value | None:
 
 
 def _fuse_relu(graph: Graph) -> Graph:
+    def fuse(n: Node, act: Node) -> Node | None:
+        if (n.op not in PRODUCERS or n.guards or n.attrs.get("activation")
+                or act.op not in ACTIVATIONS or act.inputs[0] is not n.outputs[0]):
+            return None
+        return Node(n.op, list(n.inputs), [act.outputs[0], *n.outputs[1:]],
+                    dict(n.attrs, activation=act.op), n.name, sources=covering(n, act))
+    return absorb_sole_reader(graph, fuse)
+
+
+def absorb_sole_reader(graph: Graph, fuse) -> Graph:
+    """Each node whose first result is no graph output and has one reader (unguarded) may
+    absorb that reader: fuse(node, reader) gives the node that takes both places, at the
+    node's position in the order, or None to leave the two as they are."""
     uses = graph.consumers()
     outputs = set(graph.outputs)
-    rewritten: dict[Node, Node] = {}  # producer -> producer with the activation fused
+    rewritten: dict[Node, Node] = {}
     absorbed: set[Node] = set()
     for n in graph.nodes:
-        if n.op not in PRODUCERS or n.guards or n.attrs.get("activation"):
+        if not n.outputs or n in absorbed or n.outputs[0] in outputs:
             continue
-        y = n.outputs[0]
-        readers = uses.get(y, [])
-        if y in outputs or len(readers) != 1:
+        readers = uses.get(n.outputs[0], [])
+        if len(readers) != 1 or readers[0].guards:
             continue
-        act = readers[0]
-        if act.op in ACTIVATIONS and not act.guards and act.inputs[0] is y:
-            rewritten[n] = Node(n.op, list(n.inputs), [act.outputs[0], *n.outputs[1:]],
-                                dict(n.attrs, activation=act.op), n.name,
-                                sources=covering(n, act))
-            absorbed.add(act)
+        fused = fuse(n, readers[0])
+        if fused is not None:
+            rewritten[n] = fused
+            absorbed.add(readers[0])
     nodes = [rewritten.get(n, n) for n in graph.nodes if n not in absorbed]
     return Graph(graph.inputs, graph.outputs, nodes, graph.name, graph.opset)
 

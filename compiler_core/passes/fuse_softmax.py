@@ -13,26 +13,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node, covering
+from .fuse_activation import absorb_sole_reader
 
 
 def fuse_softmax(graph: Graph) -> Graph:
-    uses = graph.consumers()
-    outputs = set(graph.outputs)
-    fused: dict[Node, Node] = {}  # MatMul -> MatMul with the softmax
-    absorbed: set[Node] = set()
-    for n in graph.nodes:
-        if not _rows_are_matrix_rows(n):
-            continue
-        y = n.outputs[0]
-        readers = uses.get(y, [])
-        if y in outputs or len(readers) != 1 or not _softmax_along_rows(readers[0], y):
-            continue
-        s = readers[0]
-        fused[n] = Node(n.op, list(n.inputs), [s.outputs[0]], dict(n.attrs, softmax=True),
-                        n.name, n.guards, n.schedule, covering(n, s))
-        absorbed.add(s)
-    nodes = [fused.get(n, n) for n in graph.nodes if n not in absorbed]
-    return Graph(graph.inputs, graph.outputs, nodes, graph.name, graph.opset)
+    def fuse(n: Node, s: Node) -> Node | None:
+        if not (_rows_are_matrix_rows(n) and _softmax_along_rows(s, n.outputs[0])):
+            return None
+        return Node(n.op, list(n.inputs), [s.outputs[0]], dict(n.attrs, softmax=True),
+                    n.name, n.guards, n.schedule, covering(n, s))
+    return absorb_sole_reader(graph, fuse)
 
 
 def _rows_are_matrix_rows(n: Node) -> bool:
