@@ -208,14 +208,27 @@ def test_avx2_puts_channels_over_the_lanes_for_image_stems_and_not_for_big_input
     assert default_conv_schedule(small_plane, avx2).lanes == 8
 
 
-def test_convs_with_many_output_channels_pack_their_input():
+@pytest.mark.parametrize("cpu", ("znver4",) + TWO_FMA_CPUS)
+def test_convs_with_many_output_channels_pack_their_input(cpu):
+    spec = _avx512(cpu)
     for case in ("1x1, input packed into panels", "3x3 strided, input packed, batch of 2"):
         node = conv_node(conv_model(**CASES[case]))
-        assert default_conv_schedule(node, host_spec()).pack, case
-        assert any(not s.pack for s in conv_space(node, host_spec()))  # the tuner may decide
-    few_rows = default_conv_schedule(conv_node(conv_model(**CASES["1x1, direct store"])),
-                                     host_spec())
+        packs = default_conv_schedule(node, spec).pack
+        # two FMA ports: 16 input planes are too few streams for the copy to pay
+        assert packs == (cpu == "znver4" or "strided" not in case), case
+        assert any(s.pack != packs for s in conv_space(node, spec))  # the tuner may decide
+    few_rows = default_conv_schedule(conv_node(conv_model(**CASES["1x1, direct store"])), spec)
     assert not few_rows.pack  # B is read by too few row tiles for a copy to pay
+
+
+@pytest.mark.parametrize("cpu", TWO_FMA_CPUS)
+def test_two_fma_avx512_cores_read_an_input_of_few_planes_in_place(cpu):
+    for c, k, stride, packs in ((3, 3, 2, False), (16, 3, 1, False), (16, 1, 1, False),
+                                (17, 1, 1, True), (256, 1, 1, True)):
+        node = conv_node(conv_model(n=1, c=c, oc=64, hw=56, k=k, stride=stride))
+        assert default_conv_schedule(node, _avx512(cpu)).pack == packs, (c, k)
+        zen4 = default_conv_schedule(node, _avx512("znver4"))
+        assert zen4.pack or zen4.winograd, (c, k)
 
 
 @pytest.mark.parametrize("pack", [False, True])
