@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args(argv)
-    print(header_line(describe(None)))
+    print(header_line(describe()))
     us = per_kernel_us(args.seconds)
     cost = us[("ours", 2)] - us[("ours", 1)]
     print(f"per kernel, {KERNELS} tiny kernels in a chain: ours {us[('ours', 1)]:.2f} us at 1 thread, "

@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="timing per kernel")
     args = parser.parse_args(argv)
-    print(header_line(describe(None)))
+    print(header_line(describe()))
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory(prefix="tf-peaks-") as tmp:
         for case in (matmul_case(rng), conv_case(rng)):

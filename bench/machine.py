@@ -12,6 +12,8 @@ import os
 from compiler_core.analysis.machine_limits import cpu_model_name, measure
 from compiler_core.targets import get_target
 
+from .baselines import openvino_version
+
 
 def sgemm_peak_gflops() -> float:
     """Single-thread float32 GEMM throughput of numpy's BLAS on this machine now, GFLOP/s
@@ -26,12 +28,12 @@ def vector_isa(features: str) -> str:
     return "AVX2" if "avx2" in have else "SSE"
 
 
-def describe(openvino_version: str | None) -> dict:
+def describe() -> dict:
     import onnxruntime
     target = get_target("native").as_dict()
     return {"cpu": target["cpu"], "cpu_model": cpu_model_name(), "cores": os.cpu_count(),
             "vector_bits": target["vector_bits"], "isa": vector_isa(target["features"]),
-            "onnxruntime": onnxruntime.__version__, "openvino": openvino_version}
+            "onnxruntime": onnxruntime.__version__, "openvino": openvino_version()}
 
 
 def header_line(machine: dict) -> str:

@@ -28,7 +28,7 @@ from compiler_core.runtime.benchmark import SETTLE_MS, interleave, numerical_che
 from compiler_core.runtime.loaded_model import load
 
 from . import table
-from .baselines import baseline_runners, openvino_version
+from .baselines import baseline_runners
 from .kernel_report import format_kernels, kernel_rows
 from .machine import describe, header_line, sgemm_peak_gflops
 from .suite import GROUPS, BenchModel, bench_models
@@ -101,7 +101,7 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    machine = describe(openvino_version())
+    machine = describe()
     peak = sgemm_peak_gflops()
     print(header_line(machine))
     print(f"peak: numpy sgemm 2048^3 on one thread, {peak:.1f} GFLOP/s")

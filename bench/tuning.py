@@ -95,7 +95,7 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    print(header_line(describe(None)))
+    print(header_line(describe()))
     print(" ".join(COLUMNS), flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="tf-records-") as tmp:

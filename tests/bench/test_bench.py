@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from bench import baselines, kernel_peaks, kernel_report, table
-from bench.machine import vector_isa
+from bench import baselines, kernel_peaks, kernel_report, machine, table
+from bench.machine import describe, header_line, vector_isa
 from bench.models import main, parse_args
 from tests.models import catalog
 
@@ -88,6 +88,12 @@ def test_tuning_bench_times_tuned_untuned_and_onnxruntime(tmp_path, capsys):
     assert tuning.main(args) == 0  # again with its records: what was tuned is reused
     again = json.loads(out.read_text())[0]
     assert again["reused"] >= dense["tuned_kernels"] > 0
+
+
+def test_every_bench_header_names_the_openvino_installed(monkeypatch):
+    """fork_join, kernel_peaks and tuning said "OpenVINO not installed" beside an install."""
+    monkeypatch.setattr(machine, "openvino_version", lambda: "2026.4.1")
+    assert header_line(describe()).endswith("OpenVINO 2026.4.1")
 
 
 def test_a_model_openvino_cannot_convert_keeps_the_other_baselines(monkeypatch, capsys):
