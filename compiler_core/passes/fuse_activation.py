@@ -33,46 +33,27 @@ def fuse_activation(graph: Graph) -> Graph:
 
 
 def _fuse_residual(graph: Graph) -> Graph:
-    uses = graph.consumers()
-    outputs = set(graph.outputs)
-    replaced: dict[Node, Node] = {}  # Add -> fused Conv
-    absorbed: set[Node] = set()  # the original Convs
-    for n in graph.nodes:
+    def fuse(n: Node, add: Node) -> Node | None:
         at = RESIDUAL_INPUT.get(n.op)
         if at is None or n.guards or n.attrs.get("activation") or len(n.inputs) > at:
-            continue
-        y = n.outputs[0]
-        readers = uses.get(y, [])
-        if y in outputs or len(readers) != 1 or readers[0].guards:
-            continue
-        add = readers[0]
-        other = _other_operand(add, y)
-        if other is None or add in replaced:  # Add(conv1, conv2): fuse one of them
-            continue
+            return None
+        other = _other_operand(add, n.outputs[0])
+        if other is None:
+            return None
         inputs = list(n.inputs) + [None] * (at - len(n.inputs)) + [other]
-        replaced[add] = Node(n.op, inputs, [add.outputs[0], *n.outputs[1:]], dict(n.attrs),
-                             n.name, sources=covering(n, add))
-        absorbed.add(n)
-    nodes = [replaced.get(n, n) for n in graph.nodes if n not in absorbed]
-    return Graph(graph.inputs, graph.outputs, nodes, graph.name, graph.opset)
+        return Node(n.op, inputs, [add.outputs[0], *n.outputs[1:]], dict(n.attrs), n.name,
+                    sources=covering(n, add))
+    return absorb_sole_reader(graph, fuse, at_reader=True)
 
 
 def _fuse_dense_add(graph: Graph) -> Graph:
     """PackedGemm -> Add(·, c): a constant c along the last axis becomes the bias, a tensor
     of the result's shape the residual (PyTorch exports nn.Linear on a 3-D input as MatMul,
     then Add of the bias). The fused node takes the Add's place in the node order."""
-    uses = graph.consumers()
-    outputs = set(graph.outputs)
-    replaced: dict[Node, Node] = {}  # Add -> fused PackedGemm
-    absorbed: set[Node] = set()
-    for n in graph.nodes:
+    def fuse(n: Node, add: Node) -> Node | None:
         if n.op != "PackedGemm" or n.guards or n.attrs.get("activation"):
-            continue
+            return None
         y = n.outputs[0]
-        readers = uses.get(y, [])
-        if y in outputs or len(readers) != 1 or readers[0].guards or readers[0] in replaced:
-            continue
-        add = readers[0]
         inputs = (list(n.inputs) + [None] * 4)[:4]
         residual, bias = _other_operand(add, y), _bias_operand(add, y)
         if residual is not None and inputs[3] is None:
@@ -80,12 +61,10 @@ def _fuse_dense_add(graph: Graph) -> Graph:
         elif bias is not None and inputs[2] is None:
             inputs[2] = bias
         else:
-            continue
-        replaced[add] = Node(n.op, inputs, [add.outputs[0]], dict(n.attrs), n.name,
-                             sources=covering(n, add))
-        absorbed.add(n)
-    nodes = [replaced.get(n, n) for n in graph.nodes if n not in absorbed]
-    return Graph(graph.inputs, graph.outputs, nodes, graph.name, graph.opset)
+            return None
+        return Node(n.op, inputs, [add.outputs[0]], dict(n.attrs), n.name,
+                    sources=covering(n, add))
+    return absorb_sole_reader(graph, fuse, at_reader=True)
 
 
 def _bias_operand(add: Node, y: Value) -> Value | None:
@@ -124,24 +103,27 @@ def _fuse_relu(graph: Graph) -> Graph:
     return absorb_sole_reader(graph, fuse)
 
 
-def absorb_sole_reader(graph: Graph, fuse) -> Graph:
-    """Each node whose first result is no graph output and has one reader (unguarded) may
-    absorb that reader: fuse(node, reader) gives the node that takes both places, at the
-    node's position in the order, or None to leave the two as they are."""
+def absorb_sole_reader(graph: Graph, fuse, at_reader: bool = False) -> Graph:
+    """Each node whose first result is no graph output and has one reader (unguarded, not
+    already fused) may absorb that reader: fuse(node, reader) gives the node that takes
+    both places, or None to leave the two as they are. The fused node goes where the node
+    was, or with `at_reader` where the reader was (when it reads tensors computed between
+    the two)."""
     uses = graph.consumers()
     outputs = set(graph.outputs)
-    rewritten: dict[Node, Node] = {}
+    rewritten: dict[Node, Node] = {}  # the node whose place the fused node takes -> it
     absorbed: set[Node] = set()
     for n in graph.nodes:
         if not n.outputs or n in absorbed or n.outputs[0] in outputs:
             continue
         readers = uses.get(n.outputs[0], [])
-        if len(readers) != 1 or readers[0].guards:
+        if len(readers) != 1 or readers[0].guards or readers[0] in rewritten:
             continue
         fused = fuse(n, readers[0])
         if fused is not None:
-            rewritten[n] = fused
-            absorbed.add(readers[0])
+            place, gone = (readers[0], n) if at_reader else (n, readers[0])
+            rewritten[place] = fused
+            absorbed.add(gone)
     nodes = [rewritten.get(n, n) for n in graph.nodes if n not in absorbed]
     return Graph(graph.inputs, graph.outputs, nodes, graph.name, graph.opset)
 
