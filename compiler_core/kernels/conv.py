@@ -198,6 +198,8 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
     tiles = _wide_tiles(default_tiles(shape, lanes), shape, spec)
     flops = 2 * shape.M * shape.N * shape.K * pieces
     winograd = winograd_tile_size(node, lanes) if _winograd_pays(node, spec) else 0
+    if not winograd and _few_channel_winograd_pays(node, spec):
+        winograd = min(2, winograd_tile_size(node, lanes))
     if shape.N < SKINNY_COLUMNS or (_channel_vectors_pay(node, shape, lanes, spec)
                                     and not _winograd_first(node, winograd, spec)):
         return skinny_schedule(node, spec, tiles)
@@ -229,6 +231,11 @@ def _two_wide_fma_ports(spec) -> bool:
     Inception v2 0.977, DenseNet-121 0.984, ResNet-50 0.988; 2 threads SqueezeNet 0.975,
     YOLOv8n-320 0.974."""
     return spec.vector_bits >= 512 and spec.cpu != "znver4"
+
+
+def _amd_two_wide_fma_ports(spec) -> bool:
+    """Zen 5 (and later AMD cores): some defaults measured there differ from Intel's."""
+    return _two_wide_fma_ports(spec) and spec.cpu.startswith("znver")
 
 
 def _wide_tiles(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
@@ -276,9 +283,23 @@ def _channel_vectors_pay(node, shape: GemmShape, lanes: int, spec) -> bool:
         panels = -(-shape.M // (2 * lanes))
         if panels * x.nbytes > CHANNEL_VECTORS_MAX_REREAD_BYTES:
             return False
+    if _zen5_strided_3x3(node, lanes, spec):
+        return True
     plane = math.prod(node.outputs[0].shape[2:])
     fill = plane / (-(-shape.N // lanes) * lanes)
     return fill < CHANNEL_VECTORS_BELOW_FILL
+
+
+# Zen 5 runs stride-2 3x3 convs of 64 or more input channels faster with channels over the
+# lanes, where the output channels fill an even number of panels of two vectors (an odd few
+# panels are halved to one vector each, to split evenly). znver5, 1 thread, alone:
+# 128 -> 128 at 28x28 1079 -> 999 us, 128 -> 256 at 10x10 293 -> 238; whole models
+# new/old, 1 | 2 threads: ResNet-50 1.007 | 1.004, YOLOv8n-320 1.013 | 1.002 (Inception
+# v2's 96 and 160 channel convs, in one-vector panels, 0.997 | 0.996: left out).
+def _zen5_strided_3x3(node, lanes: int, spec) -> bool:
+    a = node.attrs
+    return (_amd_two_wide_fma_ports(spec) and list(a["kernel_shape"]) == [3, 3]
+            and max(a["strides"]) == 2 and node.inputs[1].shape[1] >= 64 and node.outputs[0].shape[1] % (4 * lanes) == 0)
 
 
 # With 32 vector registers, channel-vector tiles of 7 positions x 2 vectors run a small
@@ -509,6 +530,19 @@ def _winograd_pays(node, spec) -> bool:
     channels = node.inputs[1].shape[1], node.outputs[0].shape[1]
     least = WINOGRAD_MIN_CHANNELS_TWO_FMA if _two_wide_fma_ports(spec) else 0
     return min(channels) >= least and max(channels) >= 2 * least
+
+
+# On Zen 5, F(2x2) pays from 32 channels on each side, without the 64 on one that Intel's
+# two-FMA cores want: its two FADD pipes beside the two FMA pipes take the transforms'
+# additions, we think, as Intel's ports that share adds and FMAs do not. znver5, 1 thread,
+# YOLOv8n's 32 -> 32 3x3 convs at 40x40 in the model: direct 133 us, F(2x2) 108 us (F(4x4)
+# 121 us alone: heavier transforms, for few channels); 16 -> 16 at 80x80 stays direct
+# (F(4x4) 136 against 130 us). Whole models new/old, 1 | 2 threads: YOLOv8n-320 1.012 |
+# 1.014, YOLOv8n-640 1.024 | 1.028.
+def _few_channel_winograd_pays(node, spec) -> bool:
+    if not (winograd_eligible(node) and _amd_two_wide_fma_ports(spec)):
+        return False
+    return min(node.inputs[1].shape[1], node.outputs[0].shape[1]) >= WINOGRAD_MIN_CHANNELS_TWO_FMA
 
 
 def winograd_tile_size(node, lanes: int) -> int:

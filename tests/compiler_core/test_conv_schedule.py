@@ -88,7 +88,7 @@ def test_two_threads_match_onnxruntime_and_one_thread(case):
 
 def test_big_convs_are_split_and_small_ones_are_not():
     # (a 3x3 conv this size would be a Winograd one: tests/compiler_core/test_winograd.py)
-    big = default_conv_schedule(conv_node(conv_model(1, 64, 64, 56, 3, stride=2, pad=1)), host_spec())
+    big = default_conv_schedule(conv_node(conv_model(1, 32, 64, 56, 3, stride=2, pad=1)), host_spec())
     assert big.parallel and big.split == "columns" and big.blocks >= 4
     deep = default_conv_schedule(conv_node(conv_model(1, 512, 512, 14, 3, stride=2, pad=1)),
                                  host_spec())
@@ -186,12 +186,38 @@ def test_two_fma_avx512_cores_take_winograd_from_more_channels(cpu):
     few_channels = conv_node(conv_model(n=1, c=16, oc=64, hw=56, k=3))
     assert default_conv_schedule(few_channels, _avx512("znver4")).winograd
     assert not default_conv_schedule(few_channels, two_fma).winograd
-    for c, oc in ((32, 32), (16, 64)):
-        assert not default_conv_schedule(conv_node(conv_model(n=1, c=c, oc=oc, hw=40, k=3)),
-                                         two_fma).winograd, (c, oc)
+    assert not default_conv_schedule(conv_node(conv_model(n=1, c=16, oc=64, hw=40, k=3)),
+                                     two_fma).winograd
     for c, oc in ((32, 64), (128, 32), (64, 64)):
         assert default_conv_schedule(conv_node(conv_model(n=1, c=c, oc=oc, hw=40, k=3)),
                                      two_fma).winograd, (c, oc)
+
+
+@pytest.mark.parametrize("cpu", TWO_FMA_CPUS)
+def test_zen5_takes_f2x2_from_32_channels_on_each_side(cpu):
+    few = [conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=3))
+           for c, oc, hw in ((32, 32, 40), (48, 32, 80), (32, 48, 20))]
+    expected = 2 if cpu.startswith("znver") else 0
+    for node in few:
+        assert default_conv_schedule(node, _avx512(cpu)).winograd == expected, node.inputs[1].shape
+        assert default_conv_schedule(node, _avx512("znver4")).winograd  # one FMA port: F(4x4) or F(2x2)
+    sixteen = conv_node(conv_model(n=1, c=16, oc=16, hw=80, k=3))
+    strided = conv_node(conv_model(n=1, c=32, oc=32, hw=80, k=3, stride=2))
+    for node in (sixteen, strided):
+        assert not default_conv_schedule(node, _avx512(cpu)).winograd
+
+
+@pytest.mark.parametrize("cpu", ("znver4",) + TWO_FMA_CPUS)
+def test_zen5_puts_channels_over_the_lanes_in_strided_3x3_convs(cpu):
+    for c, oc, hw in ((128, 128, 56), (64, 128, 40), (128, 256, 20)):
+        node = conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=3, stride=2))
+        sched = default_conv_schedule(node, _avx512(cpu))
+        assert sched.lanes == (16 if cpu == "znver5" else 0), (c, oc, hw)
+        assert cpu != "znver5" or sched.vectors == 2
+    # few input channels, or output channels in an odd few panels, keep the GEMM
+    for c, oc in ((32, 64), (96, 160)):
+        node = conv_node(conv_model(n=1, c=c, oc=oc, hw=40, k=3, stride=2))
+        assert default_conv_schedule(node, _avx512(cpu)).lanes == 0, (c, oc)
 
 
 def test_avx2_puts_channels_over_the_lanes_for_image_stems_and_not_for_big_inputs():
