@@ -197,9 +197,7 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
     lanes = spec.vector_bits // 32
     tiles = _wide_tiles(default_tiles(shape, lanes), shape, spec)
     flops = 2 * shape.M * shape.N * shape.K * pieces
-    winograd = winograd_tile_size(node, lanes) if _winograd_pays(node, spec) else 0
-    if not winograd and _few_channel_winograd_pays(node, spec):
-        winograd = min(2, winograd_tile_size(node, lanes))
+    winograd = _default_winograd(node, spec, lanes)
     if shape.N < SKINNY_COLUMNS or (_channel_vectors_pay(node, shape, lanes, spec)
                                     and not _winograd_first(node, winograd, spec)):
         return skinny_schedule(node, spec, tiles)
@@ -299,7 +297,8 @@ def _channel_vectors_pay(node, shape: GemmShape, lanes: int, spec) -> bool:
 def _zen5_strided_3x3(node, lanes: int, spec) -> bool:
     a = node.attrs
     return (_amd_two_wide_fma_ports(spec) and list(a["kernel_shape"]) == [3, 3]
-            and max(a["strides"]) == 2 and node.inputs[1].shape[1] >= 64 and node.outputs[0].shape[1] % (4 * lanes) == 0)
+            and max(a["strides"]) == 2 and node.inputs[1].shape[1] >= 64
+            and node.outputs[0].shape[1] % (4 * lanes) == 0)
 
 
 # With 32 vector registers, channel-vector tiles of 7 positions x 2 vectors run a small
@@ -524,14 +523,6 @@ def winograd_eligible(node) -> bool:
 WINOGRAD_MIN_CHANNELS_TWO_FMA = 32
 
 
-def _winograd_pays(node, spec) -> bool:
-    if not winograd_eligible(node):
-        return False
-    channels = node.inputs[1].shape[1], node.outputs[0].shape[1]
-    least = WINOGRAD_MIN_CHANNELS_TWO_FMA if _two_wide_fma_ports(spec) else 0
-    return min(channels) >= least and max(channels) >= 2 * least
-
-
 # On Zen 5, F(2x2) pays from 32 channels on each side, without the 64 on one that Intel's
 # two-FMA cores want: its two FADD pipes beside the two FMA pipes take the transforms'
 # additions, we think, as Intel's ports that share adds and FMAs do not. znver5, 1 thread,
@@ -539,10 +530,18 @@ def _winograd_pays(node, spec) -> bool:
 # 121 us alone: heavier transforms, for few channels); 16 -> 16 at 80x80 stays direct
 # (F(4x4) 136 against 130 us). Whole models new/old, 1 | 2 threads: YOLOv8n-320 1.012 |
 # 1.014, YOLOv8n-640 1.024 | 1.028.
-def _few_channel_winograd_pays(node, spec) -> bool:
-    if not (winograd_eligible(node) and _amd_two_wide_fma_ports(spec)):
-        return False
-    return min(node.inputs[1].shape[1], node.outputs[0].shape[1]) >= WINOGRAD_MIN_CHANNELS_TWO_FMA
+def _default_winograd(node, spec, lanes: int) -> int:
+    """The default's Winograd tile size m of F(m x m, 3x3), 0 for the direct conv."""
+    if not winograd_eligible(node):
+        return 0
+    if not _two_wide_fma_ports(spec):
+        return winograd_tile_size(node, lanes)
+    channels = node.inputs[1].shape[1], node.outputs[0].shape[1]
+    if min(channels) < WINOGRAD_MIN_CHANNELS_TWO_FMA:
+        return 0
+    if max(channels) >= 2 * WINOGRAD_MIN_CHANNELS_TWO_FMA:
+        return winograd_tile_size(node, lanes)
+    return min(2, winograd_tile_size(node, lanes)) if _amd_two_wide_fma_ports(spec) else 0
 
 
 def winograd_tile_size(node, lanes: int) -> int:

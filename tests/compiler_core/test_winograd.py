@@ -76,7 +76,7 @@ def winograd_layers(model):
 
 
 # F(4x4) planes have at least 6x6 tiles: two vectors of 16 lanes (winograd_tile_size)
-CASES = {  # enough channels for Winograd on every target (conv._winograd_pays)
+CASES = {  # enough channels for Winograd on every target (conv._default_winograd)
     "56x56, whole tiles": dict(n=1, c=64, oc=64, hw=56, k=3),
     "odd plane, partial edge tiles": dict(n=1, c=40, oc=72, hw=23, k=3),
     "batch of 2 with residual": dict(n=2, c=32, oc=72, hw=24, k=3, residual=True),
