@@ -285,7 +285,9 @@ def lower_matmul(node, kb, ins, outs):
     register tiles: AMD EPYC (LLVM: znver4), 1 thread, BERT-384's scores scaled and masked
     by the Q K^T MatMul (new/old) 1.012-1.015 on the tiles, 0.998-1.001 in a sweep over
     each block of finished tiles. A fused softmax along the rows (attrs "softmax",
-    passes/fuse_softmax.py) runs over each block of finished rows."""
+    passes/fuse_softmax.py) runs over each block of finished rows; a "deferred" one leaves
+    the division by the row sums to the MatMul that reads Y, and writes 1 / each row's sum
+    to its second output (passes/defer_softmax_division.py)."""
     a, b, operands = ins[0], ins[1], ins[2:]
     y = outs[0]
     act = node.attrs.get("activation")
@@ -309,7 +311,9 @@ def lower_matmul(node, kb, ins, outs):
             return finish
 
         def softmax(m):
-            normalise_row(kb, y, y, y_base + m * N, N, log=False)
+            sums = (outs[1], _batch_offsets(idx, batch, batch) * M + m) \
+                if node.attrs["softmax"] == "deferred" else None
+            normalise_row(kb, y, y, y_base + m * N, N, log=False, inverse_sum_at=sums)
 
         emit_gemm(kb, GemmShape(M, N, K),
                   Operand(a, lambda m, k: a_base + m * K + k, K),

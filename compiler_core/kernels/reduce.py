@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.loops import Const, Expr, as_expr, call, cast, maximum, minimum, reduce_lanes, select
-from .fastmath import math_call
+from .fastmath import exp, math_call
 from .elementwise import loop_kind
 from .registry import lowering
 
@@ -53,6 +53,10 @@ def _same(e, *_):
 def _square(e):
     return e * e
 
+
+# Running maxima in a softmax row's max: vmaxps waits 2 cycles for the previous one and two
+# can start each cycle (znver5).
+MAX_CHAINS = 4
 
 REDUCERS = {
     "ReduceSum": Reducer(lambda dt: 0, _same, _add, _same),
@@ -258,17 +262,19 @@ def lower_softmax(node, kb, ins, outs):
                 _softmax_row(kb, x, y, o * n * inner + i, n, inner, log)
 
 
-def normalise_row(kb, x, y, base, n, log):
+def normalise_row(kb, x, y, base, n, log, inverse_sum_at=None):
     """Softmax (or LogSoftmax, `log`) of the contiguous row of n elements at `base` of x into
     the same place of y. A softmax's y may be x itself: each element is read before it is
-    written (a LogSoftmax's vector row is not: it keeps its tail's exps in y)."""
+    written (a LogSoftmax's vector row is not: it keeps its tail's exps in y). With
+    `inverse_sum_at` (a buffer and a flat index), a softmax's row keeps its exps and 1 / their
+    sum goes there: whoever reads the row divides (passes/defer_softmax_division.py)."""
     if x.dtype == y.dtype == np.float32 and kb.lanes(x.dtype) > 1:
-        _softmax_vector_row(kb, x, y, base, n, log)
+        _softmax_vector_row(kb, x, y, base, n, log, inverse_sum_at)
     else:
-        _softmax_row(kb, x, y, base, n, 1, log)
+        _softmax_row(kb, x, y, base, n, 1, log, inverse_sum_at)
 
 
-def _softmax_vector_row(kb, x, y, base, n, log):
+def _softmax_vector_row(kb, x, y, base, n, log, inverse_sum_at=None):
     """One contiguous float32 row in whole vectors, the last one masked. Left to LLVM, a
     short row (a classifier's 29 classes) ran its exps in the scalar remainder of a vector
     loop that is 4 vectors wide, and every row's max went through maximum()'s NaN and
@@ -280,26 +286,34 @@ def _softmax_vector_row(kb, x, y, base, n, log):
 
     # The row's max only keeps exp() in range: it may pass over NaNs (the sum of exps
     # does not, so a NaN still fills its row), so it is one compare and select per vector,
-    # and its lanes are never NaN.
+    # and its lanes are never NaN. MAX_CHAINS running maxima, since one waits for the
+    # previous vector's.
     larger = lambda a, b: select(a > b, a, b)
-    top = kb.local(x.dtype, -math.inf, "max", lanes)
-    with kb.loop(whole, kind="scalar") as c:
-        kb.set(top, larger(chunk(c), kb.get(top)))
+    chains = max(1, min(MAX_CHAINS, whole))
+    tops = [kb.local(x.dtype, -math.inf, "max", lanes) for _ in range(chains)]
+    with kb.loop(whole // chains, kind="scalar") as c:
+        for j, top in enumerate(tops):
+            kb.set(top, larger(chunk(c * chains + j), kb.get(top)))
+    for c in range(whole - whole % chains, whole):
+        kb.set(tops[0], larger(chunk(as_expr(c)), kb.get(tops[0])))
     if tail and whole:  # max does not mind the overlap of the row's last whole vector
-        kb.set(top, larger(x.vec(base + n - lanes, lanes), kb.get(top)))
-    m = kb.local(x.dtype, reduce_lanes("maxnum", kb.get(top)), "max")
+        kb.set(tops[-1], larger(x.vec(base + n - lanes, lanes), kb.get(tops[-1])))
+    top = kb.get(tops[0])
+    for other in tops[1:]:
+        top = larger(top, kb.get(other))
+    m = kb.local(x.dtype, reduce_lanes("maxnum", top), "max")
     if not whole:
         with kb.loop(tail) as a:
             kb.set(m, larger(x.flat(tail_at + a), kb.get(m)))
 
     total = kb.local(x.dtype, 0, "sum", lanes)
     with kb.loop(whole, kind="scalar") as c:
-        e = kb.local(x.dtype, math_call("exp", chunk(c) - kb.get(m)), "e", lanes)
+        e = kb.local(x.dtype, exp(chunk(c) - kb.get(m), at_most_zero=True), "e", lanes)
         if not log:
             kb.store(y, base + c * lanes, kb.get(e))
         kb.set(total, kb.get(total) + kb.get(e))
     if tail:  # y holds the tail's exps, read back masked: lanes past the row add 0
-        e = math_call("exp", x.vec(tail_at, lanes, valid=tail) - kb.get(m))
+        e = exp(x.vec(tail_at, lanes, valid=tail) - kb.get(m), at_most_zero=True)
         kb.store(y, tail_at, e, valid=tail)
         kb.set(total, kb.get(total) + y.vec(tail_at, lanes, valid=tail))
     s = reduce_lanes("add", kb.get(total))
@@ -309,6 +323,9 @@ def _softmax_vector_row(kb, x, y, base, n, log):
         row = lambda at, valid=None: x.vec(at, lanes, valid) - kb.get(shift)
     else:
         scale = kb.local(x.dtype, as_expr(1, x.dtype) / s, "scale")
+        if inverse_sum_at is not None:
+            kb.store_flat(*inverse_sum_at, kb.get(scale))
+            return
         row = lambda at, valid=None: y.vec(at, lanes, valid) * kb.get(scale)
     with kb.loop(whole, kind="scalar") as c:
         kb.store(y, base + c * lanes, row(base + c * lanes))
@@ -316,7 +333,7 @@ def _softmax_vector_row(kb, x, y, base, n, log):
         kb.store(y, tail_at, row(tail_at, tail), valid=tail)
 
 
-def _softmax_row(kb, x, y, base, n, stride, log):
+def _softmax_row(kb, x, y, base, n, stride, log, inverse_sum_at=None):
     """One row of n elements at base, base + stride, ..."""
     dt = accumulator_dtype(x.dtype)
     at = lambda a: base + a * stride
@@ -336,6 +353,9 @@ def _softmax_row(kb, x, y, base, n, stride, log):
             kb.store(y, at(a), cast(load(a) - kb.get(shift), y.dtype))
     else:
         scale = kb.local(dt, as_expr(1, dt) / kb.get(s), "scale")
+        if inverse_sum_at is not None:
+            kb.store_flat(*inverse_sum_at, cast(kb.get(scale), y.dtype))
+            return
         with kb.loop(n) as a:
             kb.store(y, at(a), cast(cast(y.flat(at(a)), dt) * kb.get(scale), y.dtype))
 

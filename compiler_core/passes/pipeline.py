@@ -10,6 +10,7 @@ from .conv_panels import add_conv_panels
 from .cse import eliminate_common_subexpressions
 from .dense_weights import use_packed_gemm
 from .dce import eliminate_dead_code
+from .defer_softmax_division import defer_softmax_division
 from .finalize_outputs import finalize_outputs
 from .fold_batchnorm import fold_batchnorm
 from .fuse_activation import fuse_activation, fuse_epilogue
@@ -31,7 +32,8 @@ PIPELINES: dict[str, list] = {
            eliminate_dead_code, assign_schedules_for, use_winograd, pack_weights,
            add_conv_panels],
 }
-PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise, fuse_epilogue, fuse_softmax]
+PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise, fuse_epilogue, fuse_softmax,
+                                     defer_softmax_division]
 PIPELINES["O3"] = PIPELINES["O2"]
 
 

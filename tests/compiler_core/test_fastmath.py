@@ -33,7 +33,7 @@ def sample(lo, hi, log_scale=False):
 
 
 @pytest.mark.parametrize("op,ref,lo,hi,log_scale,bound,relative", [
-    ("Exp", np.exp, -87, 88, False, 4e-7, True),
+    ("Exp", np.exp, -87, 88, False, 1.2e-7, True),
     ("Log", np.log, 1e-30, 1e30, True, 3e-7, True),
     ("Tanh", np.tanh, -20, 20, False, 2e-7, False),
     ("Sigmoid", lambda v: 1 / (1 + np.exp(-v)), -30, 30, False, 2e-7, False),

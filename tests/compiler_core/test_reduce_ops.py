@@ -162,6 +162,22 @@ def test_softmax_rows_in_vectors_with_a_masked_tail(target, n):
         assert np.isnan(got[3]).all()
 
 
+@pytest.mark.parametrize("target", ["native", "x86-64-v3"])  # 16 and 8 float lanes
+@pytest.mark.parametrize("n", [7, 40, 90, 100])
+def test_softmax_finds_its_rows_max_wherever_it_is(target, n):
+    """Row r's max, 200 above the rest, is at column r: the exps, of values less the row's
+    max, assume they are at most 0, and e^200 is past float32's range, so a vector that the
+    max's running maxima skipped (the whole vectors are split over several of them, then a
+    remainder, then the masked tail) spoils its row."""
+    x = rand(n, n, seed=n, low=-5, high=5)
+    x[np.arange(n), np.arange(n)] = 200.0
+    for op in ["Softmax", "LogSoftmax"]:
+        model = make_model([helper.make_node(op, ["x"], ["y"], axis=-1)],
+                           [("x", F, x.shape)], [("y", F, x.shape)], opset=13)
+        got = cc.compile(model, target=target).run({"x": x})["y"]
+        np.testing.assert_allclose(got, _softmax64(x, op == "LogSoftmax"), rtol=2e-6, atol=2e-6)
+
+
 def test_softmax_float64():
     x = rand(5, 9, dtype=np.float64, seed=13)
     model = make_model([helper.make_node("Softmax", ["x"], ["y"], axis=0)],
