@@ -54,10 +54,6 @@ def _square(e):
     return e * e
 
 
-# Running maxima in a softmax row's max: vmaxps waits 2 cycles for the previous one and two
-# can start each cycle (znver5).
-MAX_CHAINS = 4
-
 REDUCERS = {
     "ReduceSum": Reducer(lambda dt: 0, _same, _add, _same),
     "ReduceMean": Reducer(lambda dt: 0, _same, _add, lambda acc, n: acc / as_expr(n, acc.dtype)),
@@ -260,6 +256,10 @@ def lower_softmax(node, kb, ins, outs):
         else:
             with kb.loop(inner) as i:
                 _softmax_row(kb, x, y, o * n * inner + i, n, inner, log)
+
+
+# Running maxima in a softmax row's max, so that each vmaxps need not wait for the one before
+MAX_CHAINS = 4
 
 
 def normalise_row(kb, x, y, base, n, log, inverse_sum_at=None):
