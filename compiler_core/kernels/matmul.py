@@ -301,7 +301,8 @@ def lower_matmul(node, kb, ins, outs):
     with kb.loops(batch, kind=loop_kind(2 * M * N * K * math.prod(batch) // 64)) as idx:
         a_base = _batch_offsets(idx, a_mat[:-2], batch) * (M * K)
         b_base = _batch_offsets(idx, b_mat[:-2], batch) * (K * N)
-        y_base = _batch_offsets(idx, batch, batch) * (M * N)
+        rows_before = _batch_offsets(idx, batch, batch) * M  # Y's rows in earlier matrices
+        y_base = rows_before * N
 
         def row_epilogue(m):
             def finish(value, n):
@@ -311,8 +312,7 @@ def lower_matmul(node, kb, ins, outs):
             return finish
 
         def softmax(m):
-            sums = (outs[1], _batch_offsets(idx, batch, batch) * M + m) \
-                if node.attrs["softmax"] == "deferred" else None
+            sums = (outs[1], rows_before + m) if node.attrs["softmax"] == "deferred" else None
             normalise_row(kb, y, y, y_base + m * N, N, log=False, inverse_sum_at=sums)
 
         emit_gemm(kb, GemmShape(M, N, K),

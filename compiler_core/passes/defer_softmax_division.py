@@ -25,7 +25,7 @@ def defer_softmax_division(graph: Graph) -> Graph:
         p = n.outputs[0] if n.outputs else None
         readers = uses.get(p, [])
         if not (_normalises_rows(n) and p not in outputs and len(readers) == 1
-                and _reads_as_a(readers[0], p) and readers[0] not in replaced):
+                and _reads_as_a(readers[0], p)):
             continue
         m = readers[0]
         r = Value(f"{p.name}_inverse_sums", (*p.shape[:-1], 1), p.dtype)
