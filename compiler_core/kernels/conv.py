@@ -523,6 +523,17 @@ def winograd_eligible(node) -> bool:
 WINOGRAD_MIN_CHANNELS_TWO_FMA = 32
 
 
+# With this many channels on each side, F(4x4)'s 36 GEMMs run fast enough on Intel's
+# two-FMA cores that one vector of 16 tiles pays, where fewer channels want two
+# (winograd_tile_size). Emerald Rapids, F(2x2) -> F(4x4) on planes of 16-31 tiles, whole
+# models new/old (ABBA-paired runs), 1 | 2 threads: ResNet-50 (256 -> 256 at 14x14) 1.016
+# | 1.012; VGG-19 (512 at 14x14) 1.006 | 0.998 and YOLOv8n-640 (256 at 20x20) 0.998 |
+# 0.989, both noise. With fewer channels F(4x4) loses: Inception v2 (64-192 at 14x14)
+# 0.967 | 0.989, DenseNet-121 (128 -> 32) 0.985 | 0.999, YOLOv8n-320 (64-128 at 20x20)
+# 0.904 | 0.928.
+F4_ONE_VECTOR_MIN_CHANNELS = 256
+
+
 # On Zen 5, F(2x2) pays from 32 channels on each side, without the 64 on one that Intel's
 # two-FMA cores want: its two FADD pipes beside the two FMA pipes take the transforms'
 # additions, we think, as Intel's ports that share adds and FMAs do not. znver5, 1 thread,
@@ -539,12 +550,14 @@ def _default_winograd(node, spec, lanes: int) -> int:
     channels = node.inputs[1].shape[1], node.outputs[0].shape[1]
     if min(channels) < WINOGRAD_MIN_CHANNELS_TWO_FMA:
         return 0
+    amd = _amd_two_wide_fma_ports(spec)
     if max(channels) >= 2 * WINOGRAD_MIN_CHANNELS_TWO_FMA:
-        return winograd_tile_size(node, lanes)
-    return min(2, winograd_tile_size(node, lanes)) if _amd_two_wide_fma_ports(spec) else 0
+        one_vector = not amd and min(channels) >= F4_ONE_VECTOR_MIN_CHANNELS
+        return winograd_tile_size(node, lanes, WINOGRAD_MIN_TILES if one_vector else None)
+    return min(2, winograd_tile_size(node, lanes)) if amd else 0
 
 
-def winograd_tile_size(node, lanes: int) -> int:
+def winograd_tile_size(node, lanes: int, f4_min_tiles: int | None = None) -> int:
     """F(4x4, 3x3) where its tiles are enough and few outputs of edge tiles are thrown
     away; else F(2x2, 3x3) (2.25x fewer multiplies instead of 4x) for small planes on the
     same conditions; 0: the direct conv. The conditions keep the GEMMs' columns filling
@@ -556,13 +569,15 @@ def winograd_tile_size(node, lanes: int) -> int:
     vector of 16 tiles or 25 in two leaves its 36 GEMMs short and their weights (4x the
     conv's) barely reused. znver4, 1 thread, F(4x4) -> F(2x2): 256 channels at 14x14
     (16 tiles) 1258 -> 1077 us, 192 at 14x14 723 -> 619, 128 at 20x20 (25 tiles)
-    978 -> 669; from 28x28 (49 tiles) F(4x4) wins, 128 channels 882 vs 1457 us."""
+    978 -> 669; from 28x28 (49 tiles) F(4x4) wins, 128 channels 882 vs 1457 us.
+    `f4_min_tiles` replaces those two vectors (F4_ONE_VECTOR_MIN_CHANNELS)."""
     y = node.outputs[0]
     if min(node.inputs[1].shape[1], y.shape[1]) < WINOGRAD_MIN_CHANNELS:
         return 0
     for m in (4, 2):
         th, tw = (-(-d // m) for d in y.shape[2:])
-        least = max(WINOGRAD_MIN_TILES, 2 * lanes) if m == 4 else WINOGRAD_MIN_TILES
+        least = (f4_min_tiles or max(WINOGRAD_MIN_TILES, 2 * lanes) if m == 4
+                 else WINOGRAD_MIN_TILES)
         if th * tw >= least and th * tw * m * m <= 1.35 * y.shape[2] * y.shape[3]:
             return m
     return 0

@@ -208,6 +208,18 @@ def test_zen5_takes_f2x2_from_32_channels_on_each_side(cpu):
 
 
 @pytest.mark.parametrize("cpu", ("znver4",) + TWO_FMA_CPUS)
+def test_intel_two_fma_cores_take_f4x4_from_one_vector_of_tiles_with_many_channels(cpu):
+    """4x4 tiles of 4x4 outputs (14x14) of 256 channels: F(4x4) on Intel's two-FMA cores,
+    F(2x2) on AMD's; fewer channels, or 7x7 planes, never F(4x4)."""
+    node = conv_node(conv_model(n=1, c=256, oc=256, hw=14, k=3))
+    intel = not cpu.startswith("znver")
+    assert default_conv_schedule(node, _avx512(cpu)).winograd == (4 if intel else 2)
+    for c, oc, hw in ((128, 128, 14), (128, 256, 14), (128, 128, 20), (256, 256, 7)):
+        node = conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=3))
+        assert default_conv_schedule(node, _avx512(cpu)).winograd != 4, (c, oc, hw)
+
+
+@pytest.mark.parametrize("cpu", ("znver4",) + TWO_FMA_CPUS)
 def test_zen5_puts_channels_over_the_lanes_in_strided_3x3_convs(cpu):
     for c, oc, hw in ((128, 128, 56), (64, 128, 40), (128, 256, 20)):
         node = conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=3, stride=2))
