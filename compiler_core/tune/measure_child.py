@@ -10,8 +10,15 @@ parent knows which candidate was running when the child crashed or hung:
     {"start": k}
     {"done": k, "seconds": t}  or  {"done": k, "error": "..."}
 Candidate 0 is the reference (the default schedule): every other candidate's checked
-outputs must match its outputs on the same inputs. It is timed again after the others (a
-second "done" for 0: the lower time counts). A time is the fastest of REPEATS runs.
+outputs must match its outputs on the same inputs. The candidates that pass are then timed
+in REPEATS rounds, each round a run of every one of them in turn (a "start" before each),
+and a time is the fastest of a candidate's runs: a machine that slows down for seconds at
+a time (another tenant on the host) slows every candidate's run of the same rounds, where
+timing each candidate's runs back to back handed one candidate the slow seconds (Xeon
+Emerald Rapids, 1 thread, ResNet-50's 256 -> 1024 channel 1x1 conv at 14x14, one
+candidate timed in two children of one tuning run: 1.013 and 1.394 ms; the default
+1.154 and 1.284 ms). Every checked candidate keeps its weight copies until the rounds
+end: at most the batch's count (tuner.BATCH + 1) times COLD_BYTES.
 
 Calls go round copies of the constants (cold_copies): in a model a layer's weights were
 last read a whole run ago and come from L3 or memory, and a candidate timed on weights kept
@@ -130,22 +137,36 @@ def mismatch(got: list, want: list, rtol: float = 1e-4, atol: float = 1e-5) -> s
     return None
 
 
-def seconds_per_call(call) -> float:
+def calls_per_run(call) -> int:
+    """Calls that take about REPEAT_SECONDS (the first, timed here, also warms up)."""
     started = time.perf_counter()
     call()
     once = max(time.perf_counter() - started, 1e-7)
-    number = max(1, min(10000, int(REPEAT_SECONDS / once)))
-    samples = []
+    return max(1, min(10000, int(REPEAT_SECONDS / once)))
+
+
+def seconds_in_rounds(calls: dict) -> dict:
+    """{k: seconds per call} of {k: call}: the fastest of REPEATS runs of each, the runs
+    taken in rounds of one run of every call."""
+    numbers = {}
+    for k, call in calls.items():
+        say(start=k)  # a hang or crash from here on is this candidate's
+        numbers[k] = calls_per_run(call)
+    best = dict.fromkeys(calls, float("inf"))
     for _ in range(REPEATS):
-        started = time.perf_counter()
-        for _ in range(number):
-            call()
-        samples.append((time.perf_counter() - started) / number)
-    return min(samples)  # interference only ever adds time
+        for k, call in calls.items():
+            say(start=k)
+            number = numbers[k]
+            started = time.perf_counter()
+            for _ in range(number):
+                call()
+            # interference only ever adds time
+            best[k] = min(best[k], (time.perf_counter() - started) / number)
+    return best
 
 
 def measure(task, built) -> None:
-    reference, default, timed = None, None, 0
+    reference, checked = None, {}
     for k, nodes in enumerate(built.nodes):
         if built.errors[k]:
             say(done=k, error=built.errors[k])
@@ -163,16 +184,10 @@ def measure(task, built) -> None:
         if wrong:
             say(done=k, error=f"wrong result: {wrong}")
             continue
-        call = rotating([call] + [bound_call(nodes, built.libs[k], copy)
-                                  for copy in cold_copies(nodes, arrays)])
-        seconds, timed = seconds_per_call(call), timed + 1
-        if k == 0:  # the one call timed again: the others' weight copies can go
-            default = seconds, call
+        checked[k] = rotating([call] + [bound_call(nodes, built.libs[k], copy)
+                                        for copy in cold_copies(nodes, arrays)])
+    for k, seconds in seconds_in_rounds(checked).items():
         say(done=k, seconds=seconds)
-    if default and timed > 1:
-        # timed again last: the first kernel timed in a fresh process runs slow (clock
-        # ramp, cold caches), which would flatter every candidate against the default
-        say(done=0, seconds=min(default[0], seconds_per_call(default[1])))
 
 
 def main(argv: list[str]) -> int:

@@ -60,8 +60,10 @@ def run_batch(task: BuildTask, candidate_seconds: float | None = None,
         for ck, m in got.items():
             if index[ck] not in results:
                 results[index[ck]] = m
-        if 0 not in results or not results[0].ok:
+        if 0 in results and not results[0].ok:
             break  # without the reference nothing can be checked
+        # a child that died took the times of its candidates with it (they are reported
+        # together, after the rounds): the next one times them again, with the reference
         todo = [k for k in todo if k not in results]
     reason = results[0].error if 0 in results else "the reference did not run"
     return [results.get(k) or Measurement(s, error=f"not measured: {reason}")

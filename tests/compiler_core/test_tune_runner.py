@@ -2,6 +2,7 @@
 results (tests/compiler_core/tune_probe_kernels.py): each is recorded as a failure, none is
 chosen, and tuning goes on to the fastest correct candidate."""
 import functools
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -124,6 +125,24 @@ def test_candidates_are_timed_going_round_copies_of_their_weights():
     for _ in range(7):
         call()
     assert seen == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_candidates_are_timed_in_rounds_so_a_slow_spell_hits_them_alike(monkeypatch):
+    """The machine is slow for the first calls of the timing: timed back to back, the
+    first candidates' runs all fell in that spell; in rounds, every candidate has runs
+    after it. Each run is announced, so a hang is blamed on the candidate running."""
+    from compiler_core.tune import measure_child
+    events = []
+    monkeypatch.setattr(measure_child, "say", lambda **event: events.append(event))
+    monkeypatch.setattr(measure_child, "REPEAT_SECONDS", 0.004)  # one call per run
+    calls = []
+
+    def call():
+        calls.append(None)
+        time.sleep(0.01 if len(calls) <= 12 else 0.001)
+    times = measure_child.seconds_in_rounds({0: call, 1: call, 2: call})
+    assert max(times.values()) < 3 * min(times.values()), times
+    assert [e["start"] for e in events] == [0, 1, 2] * (1 + measure_child.REPEATS)
 
 
 def test_a_model_check_builds_and_profiles_whole_models():
