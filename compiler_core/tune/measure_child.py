@@ -145,24 +145,31 @@ def calls_per_run(call) -> int:
     return max(1, min(10000, int(REPEAT_SECONDS / once)))
 
 
+def in_rounds(items: dict, rounds: int, turn, say) -> dict[int, list]:
+    """{k: [turn(k, item), ...]} of {k: item}: `rounds` rounds of one turn of every item,
+    each turn announced (a hang or crash in it is that candidate's). A machine that slows
+    down for seconds at a time then slows every candidate's turns of the same rounds."""
+    got: dict[int, list] = {k: [] for k in items}
+    for _ in range(rounds):
+        for k, item in items.items():
+            say(start=k)
+            got[k].append(turn(k, item))
+    return got
+
+
 def seconds_in_rounds(calls: dict) -> dict:
     """{k: seconds per call} of {k: call}: the fastest of REPEATS runs of each, the runs
     taken in rounds of one run of every call."""
-    numbers = {}
-    for k, call in calls.items():
-        say(start=k)  # a hang or crash from here on is this candidate's
-        numbers[k] = calls_per_run(call)
-    best = dict.fromkeys(calls, float("inf"))
-    for _ in range(REPEATS):
-        for k, call in calls.items():
-            say(start=k)
-            number = numbers[k]
-            started = time.perf_counter()
-            for _ in range(number):
-                call()
-            # interference only ever adds time
-            best[k] = min(best[k], (time.perf_counter() - started) / number)
-    return best
+    warmed = in_rounds(calls, 1, lambda k, call: calls_per_run(call), say)
+    numbers = {k: got[0] for k, got in warmed.items()}
+
+    def run(k, call):
+        started = time.perf_counter()
+        for _ in range(numbers[k]):
+            call()
+        return (time.perf_counter() - started) / numbers[k]
+    # interference only ever adds time
+    return {k: min(times) for k, times in in_rounds(calls, REPEATS, run, say).items()}
 
 
 def measure(task, built) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .measure_child import mismatch, random_input
+from .measure_child import in_rounds, mismatch, random_input
 
 ROUNDS = 9
 ROUND_SECONDS = 0.1
@@ -130,19 +130,10 @@ def _check(runs: dict, say) -> None:
 
 
 def _time(runs: dict, say) -> None:
+    in_rounds(runs, 1, lambda k, run: [run.run() for _ in range(WARMUP_RUNS)], say)
+    profiles = in_rounds(runs, ROUNDS, lambda k, run: run.profile(ROUND_SECONDS), say)
     for k, run in runs.items():
-        say(start=k)
-        for _ in range(WARMUP_RUNS):
-            run.run()
-    totals = {k: [] for k in runs}
-    parts = {k: [] for k in runs}
-    for _ in range(ROUNDS):
-        for k, run in runs.items():
-            say(start=k)
-            total, each = run.profile(ROUND_SECONDS)
-            totals[k].append(total)
-            parts[k].append(each)
-    for k, run in runs.items():
-        each = np.median(np.array(parts[k]), axis=0)
-        say(done=k, seconds=float(np.median(totals[k])),
+        totals, parts = zip(*profiles[k])
+        each = np.median(np.array(parts), axis=0)
+        say(done=k, seconds=float(np.median(totals)),
             parts=[[names, float(t)] for names, t in zip(run.parts, each)])
