@@ -97,13 +97,24 @@ def flat_fits(node, lanes: int) -> bool:
     return vectors < H * -(-W // lanes) and vectors * KH * KW <= FLAT_MAX_LOADS
 
 
+# AVX2 cores on which flat planes and phase rows (where they fit) beat rows of vectors and
+# dense columns. AMD EPYC (LLVM: znver1), 1 thread, MobileNetV3's depthwise convs, the
+# tuner's times in the model: flat 14x14 planes, 3x3 over 184-672 channels, 0.33-0.34x
+# the time of rows (672 channels 634 -> 209 us); phase rows, stride 2, 0.60-0.75x of
+# dense columns (5x5 over 672 channels at 14x14 652 -> 390 us, over 72 at 56x56 561 ->
+# 422, 3x3 over 240 at 28x28 319 -> 230). The other AVX2 defaults were measured on Zen 3,
+# where these were not.
+FLAT_AVX2_CPUS = ("znver1",)
+
+
 @default_rule("DepthwiseConv")
 def default_depthwise_schedule(node, spec) -> DepthwiseSchedule:
     KH, KW = node.attrs["kernel_shape"]
     flops = 2 * node.outputs[0].size * KH * KW
-    # measured on AVX-512 only, where masked loads cost what plain ones do; AVX2's 8
-    # lanes gain less (a 7x7 plane takes 7 vectors either way): the tuner's choice there
-    flat = spec.vector_bits >= 512 and flat_fits(node, spec.vector_bits // 32)
+    lanes = spec.vector_bits // 32
+    wide, flat_avx2 = spec.vector_bits >= 512, spec.cpu in FLAT_AVX2_CPUS
+    # measured on AVX-512, where masked loads cost what plain ones do, and on Zen 1
+    flat = (wide or flat_avx2) and flat_fits(node, lanes)
     # AVX2's masked loads and cross-lane shuffles cost two to four times a plain load: a
     # strided tap took about 4 cycles (znver3). AVX-512 does either in one instruction,
     # which beats twice the FMAs on 3x3 taps but not on 5x5 ones, where the pick of lanes
@@ -112,7 +123,7 @@ def default_depthwise_schedule(node, spec) -> DepthwiseSchedule:
     # 240 at 28x28 24 -> 29)
     dense = _column_stride(node) > 1 and (spec.vector_bits < 512
                                           or KW >= DENSE_COLUMNS_MIN_TAPS_512)
-    phases = spec.vector_bits >= 512 and _phase_rows_pay(node, spec.vector_bits // 32)
+    phases = _phase_rows_pay(node, lanes) if wide else flat_avx2 and _phase_rows_in_l1(node, lanes)
     return DepthwiseSchedule(2, flops >= PARALLEL_MIN_TAP_FLOPS and _planes(node) > 1, flat,
                              dense and not phases, phases)
 
@@ -127,9 +138,12 @@ PHASE_ROWS_MAX_BYTES = 32 * 1024
 
 
 def _phase_rows_pay(node, lanes: int) -> bool:
-    return (phase_rows_fit(node, lanes) and node.attrs["kernel_shape"][1] >= PHASE_ROWS_MIN_TAPS
-            and node.outputs[0].shape[3] >= lanes
-            and _phase_rows_bytes(node, lanes) <= PHASE_ROWS_MAX_BYTES)
+    return (node.attrs["kernel_shape"][1] >= PHASE_ROWS_MIN_TAPS
+            and node.outputs[0].shape[3] >= lanes and _phase_rows_in_l1(node, lanes))
+
+
+def _phase_rows_in_l1(node, lanes: int) -> bool:
+    return phase_rows_fit(node, lanes) and _phase_rows_bytes(node, lanes) <= PHASE_ROWS_MAX_BYTES
 
 
 def _column_stride(node) -> int:

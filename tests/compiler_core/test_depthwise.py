@@ -179,6 +179,26 @@ def test_strided_columns_take_dense_columns_or_phase_rows(c, hw, k, stride, avx5
     assert (wide.dense_columns, wide.phase_rows) == (avx512 == "dense", avx512 == "phase rows")
 
 
+ZEN1 = MachineSpec("x86_64-unknown-linux-gnu", "znver1", "+avx,+avx2,+fma")
+
+
+@pytest.mark.parametrize("c,hw,k,stride,plan", [
+    (672, 14, 3, 1, "flat"), (960, 7, 5, 1, "rows"),  # 7 vectors of 8 lanes either way
+    (120, 28, 5, 1, "rows"),                          # too much code flat
+    (240, 28, 3, 2, "phase rows"), (672, 14, 5, 2, "phase rows"),
+    (64, 112, 3, 2, "dense"), (16, 128, 5, 2, "dense")])  # 51 and 68 KB: past L1
+def test_zen1_takes_flat_planes_and_phase_rows_where_they_fit(c, hw, k, stride, plan):
+    """On Zen 1 (FLAT_AVX2_CPUS) flat planes where they take fewer vectors, and phase rows
+    for a column stride of 2 where the plane's fit L1, whatever the taps and row length."""
+    from compiler_core.frontend.onnx import import_model
+    from compiler_core.kernels.depthwise import default_depthwise_schedule
+    model, _ = _model(c, hw, hw, k, stride, {"pads": [k // 2] * 4})
+    node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
+    s = default_depthwise_schedule(node, ZEN1)
+    assert (s.flat, s.phase_rows, s.dense_columns) == (
+        plan == "flat", plan == "phase rows", plan == "dense")
+
+
 def test_scratch_arrays_are_bounded():
     from compiler_core.ir.loops import MAX_SCRATCH_BYTES, KernelBuilder
     kb = KernelBuilder("k")
