@@ -247,6 +247,9 @@ class KernelLowering:
             return self._shifted(self.e_VLoad(dataclasses.replace(e, shift=0)), e.shift)
         if e.stride > 1:
             return self._strided_load(e)
+        if e.inside:
+            val = self._load(e.buf, e.index, e.lanes)
+            return self.b.select(_mask(e.mask), val, ir.Constant(val.type, None))
         if e.mask is not None:  # its masked-off lanes may lie outside buf: no inbounds
             return self._masked_load(e.buf, self.address(e.buf, e.index, inbounds=False),
                                      e.lanes, _mask(e.mask))

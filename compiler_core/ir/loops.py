@@ -140,6 +140,14 @@ class Buf:
             return VLoad(self, as_expr(i), lanes, mask.index(False))
         return VLoad(self, as_expr(i), lanes, mask=tuple(bool(m) for m in mask))
 
+    def vec_inside(self, i, mask: tuple[bool, ...]) -> Expr:
+        """vec_lanes where all of elements i .. i + len(mask) - 1 lie inside the buffer: a
+        plain load and a blend with zeros, where AVX2's masked load is microcoded on some
+        cores (see kernels/depthwise.py)."""
+        if all(mask):
+            return VLoad(self, as_expr(i), len(mask))
+        return VLoad(self, as_expr(i), len(mask), mask=tuple(bool(m) for m in mask), inside=True)
+
     __hash__ = object.__hash__
 
 
@@ -248,7 +256,9 @@ class VLoad(Expr):
     loaded and shuffled, never reading past the last element a lane takes. With `shift`,
     the vector moves up by that many lanes (zeros below): Buf.vec's lanes from `first` on,
     loaded from their first element so that no address lies before it. With `mask`, only
-    the lanes it marks are read (Buf.vec_lanes), whatever the others' addresses."""
+    the lanes it marks are read (Buf.vec_lanes), whatever the others' addresses; with
+    `mask` and `inside`, all lanes lie inside the buffer and the vector is a plain load whose
+    other lanes are then zeroed (Buf.vec_inside)."""
     buf: "Buf"
     index: Expr
     lanes: int
@@ -256,6 +266,7 @@ class VLoad(Expr):
     stride: int = 1
     shift: int = 0
     mask: tuple[bool, ...] | None = None
+    inside: bool = False
 
     @property
     def dtype(self):

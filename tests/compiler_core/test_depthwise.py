@@ -205,3 +205,43 @@ def test_scratch_arrays_are_bounded():
     assert kb.scratch("s", np.float32, MAX_SCRATCH_BYTES // 4).size == MAX_SCRATCH_BYTES // 4
     with pytest.raises(ValueError, match="scratch"):
         kb.scratch("s", np.float32, MAX_SCRATCH_BYTES // 4 + 1)
+
+
+GUARDED_RUN = """
+import ctypes, mmap, sys, numpy as np
+import compiler_core as cc
+art, c, hw, at_end = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+n, page = c * hw * hw * 4, mmap.PAGESIZE
+pages = -(-n // page) + 2
+mm = mmap.mmap(-1, pages * page)
+base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+libc = ctypes.CDLL(None)
+for p in (0, pages - 1):  # unreadable pages on both sides of the input
+    assert libc.mprotect(ctypes.c_void_p(base + p * page), page, 0) == 0
+start = (pages - 1) * page - n if at_end else page
+x = np.frombuffer(mm, np.float32, c * hw * hw, start).reshape(1, c, hw, hw)
+x[...] = np.load(art + ".x.npy")
+np.save(art + ".y.npy", cc.load(art).run({"x": x})["t0"])
+"""
+
+
+@pytest.mark.parametrize("c,hw,k", [(24, 28, 5), (16, 7, 5), (8, 13, 3)])
+@pytest.mark.parametrize("at_end", [False, True])
+def test_avx2_edge_taps_blend_plain_loads_inside_the_input(c, hw, k, at_end, tmp_path):
+    """AVX2's edge vectors load whole vectors and blend (Plane._tap) only where every lane
+    lies inside the plane: with the input flush against an unreadable page, before or
+    after it, the kernel still reads nothing outside and matches ONNX Runtime."""
+    import subprocess
+    import sys
+
+    from .helpers import ort_run
+    model, _ = _model(c, hw, hw, k, 1, {"pads": [k // 2] * 4})
+    x = rand(1, c, hw, hw, seed=3)
+    art = str(tmp_path / "art")
+    cc.compile(model, target="x86-64-v3").save(art)
+    np.save(art + ".x.npy", x)
+    run = subprocess.run([sys.executable, "-c", GUARDED_RUN, art, str(c), str(hw),
+                          str(int(at_end))], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    expected = ort_run(model, {"x": x})["t0"]
+    np.testing.assert_allclose(np.load(art + ".y.npy"), expected, rtol=1e-4, atol=1e-5)
