@@ -322,8 +322,10 @@ class _Plane:
                 mask = tuple(p < n and 0 <= p // W + i - self.ph < H
                              and 0 <= p % W + j - self.pw < W for p in range(p0, p0 + lanes))
                 if any(mask):
-                    at = self.nc * n + p0 + (i - self.ph) * W + (j - self.pw)
-                    loads.append((i, j, self.x.vec_lanes(at, mask)))
+                    shift = p0 + (i - self.ph) * W + (j - self.pw)
+                    inside = self.blend and 0 <= shift and shift + lanes <= n
+                    load = self.x.vec_inside if inside else self.x.vec_lanes
+                    loads.append((i, j, load(self.nc * n + shift, mask)))
         return loads
 
     def vector(self, oh, ow, taps: dict, lanes: int, width: int):
