@@ -7,8 +7,9 @@ Each row goes in vectors of output columns (the target's lanes), all K*K taps ac
 in registers with the weights broadcast, in independent chains (DepthwiseSchedule: how
 many, whether planes split over the threads and whether small planes go flat, below, are
 the autotuner's knobs): the vectors whose taps all lie inside the row are one loop without
-checks; the edge vectors and a partial last one are static code whose taps read only their in-bounds lanes (masked
-loads, kept inside the row). With stride 2 a tap is a strided vector load (ir/loops.VLoad:
+checks; the edge vectors and a partial last one are static code whose taps read only their
+in-bounds lanes: masked loads on AVX-512, and plain loads and blends with zeros without its
+cheap masked loads (AVX2, NEON) wherever the whole vector lies inside the plane (_tap). With stride 2 a tap is a strided vector load (ir/loops.VLoad:
 a run loaded whole and shuffled), as LLVM's loop vectorizer left rows of 14 or 7 outputs
 scalar and summed the taps across lanes. On AVX2 (DepthwiseSchedule.dense_columns) a vector
 of stride-2 outputs is two vectors of taps at every column instead, plain loads, its even
@@ -207,8 +208,8 @@ class _Plane:
         self.dense = sched.dense_columns and self.sw > 1
         self.phases = sched.phase_rows and self.sw == 2
         self.span = (0, 0)  # the output rows the code being built serves, first and last
-        # AVX2: an edge vector's taps as plain loads and blends where they stay inside
-        # the plane (_tap)
+        # vectors narrower than AVX-512's (AVX2, NEON): taps whose vector stays inside the
+        # plane as plain loads and blends (_tap, _flat_taps)
         self.blend = kb.lanes(self.y.dtype) * self.y.dtype.itemsize < 64
 
     def rows(self):

@@ -368,7 +368,10 @@ class Tuner:
         deadline = started + r.seconds * (1 - MODEL_CHECK_SHARE) if r.seconds is not None \
             else float("inf")
         for w in sorted(self.workloads, key=_possible_saving, reverse=True):
+            trials = self.trials
             self._confirm(w, deadline)
+            if self.trials != trials:  # live progress and the curve count head-to-heads too
+                self._progress(w.op, started)
 
     def _confirm(self, w: Workload, deadline: float) -> None:
         """The best candidate against the default once more, in one child: the fastest of

@@ -154,3 +154,24 @@ def test_a_slot_that_never_answers_is_abandoned(tmp_path, monkeypatch):
     assert tuner.summary()["measured_by"] == {"local": tuner.summary()["trials"]}
     assert not any(w.pending or w.in_flight for w in tuner.workloads)
     assert tuner.summary()["slot_failures"] == ["1 batches still out were dropped"]
+
+
+def test_the_last_progress_counts_every_trial(tmp_path):
+    """The job page's live progress ends at the summary's trials, also when the head-to-head
+    hands the choice back to the default and no model check follows it."""
+    from compiler_core.tune.runner import Measurement
+
+    events, lucky = [], []
+
+    def run(task):  # one candidate beats the default in the search, then loses to it
+        default = task.schedules[0]
+        if not lucky and len(task.schedules) > 2:
+            lucky.append(task.schedules[1])
+        return [Measurement(s, 1e-3 if s == default else 2e-3 if len(task.schedules) == 2
+                            else 0.5e-3 if s == lucky[0] else 1.5e-3) for s in task.schedules]
+    tuner = Tuner(TuningRequest(trials=20), host_spec(), 3, RecordStore(tmp_path / "r.jsonl"),
+                  run=run, on_progress=events.append)
+    tuner(gemm_graph())
+    summary = tuner.summary()
+    assert summary["trials"] == 22 and summary["model_check"] is None  # 20 + a head-to-head
+    assert events[-1]["trials"] == summary["trials"] == summary["curve"][-1]["trials"]
