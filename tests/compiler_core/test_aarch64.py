@@ -116,30 +116,28 @@ def test_other_arm_cpus(tmp_path, target):
     assert numerical_check(cc.load(tmp_path).run(feeds), ort_run(model, feeds))["allclose"]
 
 
-@needs_emulation
-def test_acceptance_light_squeezenet_cli(tmp_path):
-    """The issue's command: an AArch64 model.so whose `run` gives ONNX Runtime's outputs."""
-    model = onnx.load(LIGHT / "light_squeezenet.onnx")
-    feeds = {"data_0": rand(1, 3, 224, 224)}
-    (tmp_path / "light_squeezenet.onnx").write_bytes(model.SerializeToString())
-    np.savez(tmp_path / "feeds.npz", **feeds)
-    r = cli("compile", "light_squeezenet.onnx", "--target", "aarch64", "-o", "out", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert elf_header(tmp_path / "out" / "model.so") == (2, 183)
-    r = cli("run", "out", "--inputs", "feeds.npz", "--out", "o.npz", cwd=tmp_path)
-    assert r.returncode == 0 and "emulation" in r.stdout, r.stderr
-    got = dict(np.load(tmp_path / "o.npz"))
-    assert numerical_check(got, ort_run(model, feeds))["allclose"]
-
-
 @pytest.fixture(scope="module")
 def squeezenet(tmp_path_factory):
-    """Random-weight SqueezeNet logits compiled for aarch64: (directory, model, feeds)."""
+    """The issue's command on SqueezeNet, random weights and logits out (see above):
+    (directory, model, feeds), compiled in `out`."""
     model, feeds = light_model("squeezenet")
     d = tmp_path_factory.mktemp("arm-squeezenet")
-    (d / "m.onnx").write_bytes(model.SerializeToString())
-    cc.compile(model, target="aarch64").save(d / "out")
+    (d / "light_squeezenet.onnx").write_bytes(model.SerializeToString())
+    np.savez(d / "feeds.npz", **feeds)
+    r = cli("compile", "light_squeezenet.onnx", "--target", "aarch64", "-o", "out", cwd=d)
+    assert r.returncode == 0, r.stderr
     return d, model, feeds
+
+
+@needs_emulation
+def test_acceptance_light_squeezenet_cli(squeezenet):
+    """An AArch64 model.so whose `run` gives ONNX Runtime's outputs."""
+    d, model, feeds = squeezenet
+    assert elf_header(d / "out" / "model.so") == (2, 183)
+    r = cli("run", "out", "--inputs", "feeds.npz", "--out", "o.npz", cwd=d)
+    assert r.returncode == 0 and "emulation" in r.stdout, r.stderr
+    got = dict(np.load(d / "o.npz"))
+    assert numerical_check(got, ort_run(model, feeds))["allclose"]
 
 
 @needs_emulation
@@ -152,12 +150,12 @@ def test_squeezenet_with_random_weights_two_threads(squeezenet):
 @needs_emulation
 def test_bench_on_foreign_artifact_says_timings_mean_nothing(squeezenet):
     d = squeezenet[0]
-    r = cli("bench", "out", "--model", "m.onnx", "--runs", "1", "--json", cwd=d)
+    r = cli("bench", "out", "--model", "light_squeezenet.onnx", "--runs", "1", "--json", cwd=d)
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
     assert result["emulated"] and result["speedup"] is None and result["allclose"]
     assert "mean nothing" in result["note"] and result["compiled"]["runs"] == 1
-    r = cli("bench", "out", "--model", "m.onnx", "--runs", "1", cwd=d)
+    r = cli("bench", "out", "--model", "light_squeezenet.onnx", "--runs", "1", cwd=d)
     assert "timings under emulation mean nothing" in r.stdout, r.stderr
 
 
