@@ -324,8 +324,8 @@ class _Plane:
                              and 0 <= p % W + j - self.pw < W for p in range(p0, p0 + lanes))
                 if any(mask):
                     shift = p0 + (i - self.ph) * W + (j - self.pw)
-                    inside = self.blend and 0 <= shift and shift + lanes <= n
-                    load = self.x.vec_inside if inside else self.x.vec_lanes
+                    load = self.x.vec_inside if self._blends(shift, shift, lanes) \
+                        else self.x.vec_lanes
                     loads.append((i, j, load(self.nc * n + shift, mask)))
         return loads
 
@@ -348,14 +348,19 @@ class _Plane:
         -> blended: 5x5 over 120 channels at 28x28 699 -> 402 us, over 960 at 7x7 525 ->
         261 us, 3x3 over 72 at 56x56 244 -> 184 us. AVX-512's masked loads cost what plain
         ones do."""
-        if self.sw != 1 or not self.blend or (a, b) == (0, lanes) or not isinstance(ow, int):
+        if self.sw != 1 or (a, b) == (0, lanes) or not isinstance(ow, int):
             return self.x.vec(at, lanes, b, self.sw, a)
-        H, W = self.x.shape[2:]
-        first, last = (r * self.sh - self.ph + i for r in self.span)
-        col = ow - self.pw + j
-        if first * W + col < 0 or last * W + col + lanes > H * W:
+        W = self.x.shape[3]
+        first, last = ((r * self.sh - self.ph + i) * W + ow - self.pw + j for r in self.span)
+        if not self._blends(first, last, lanes):
             return self.x.vec(at, lanes, b, self.sw, a)
         return self.x.vec_inside(at, tuple(a <= t < b for t in range(lanes)))
+
+    def _blends(self, first: int, last: int, lanes: int) -> bool:
+        """Whether a partial tap is a plain load and a blend: the vectors it reads, from
+        plane offsets first .. last, all lie inside the plane, on a target whose masked
+        loads cost more than that (self.blend)."""
+        return self.blend and first >= 0 and last + lanes <= self.x.shape[2] * self.x.shape[3]
 
     def dense_vector(self, oh, ow, rows: list[int], lanes: int, width: int):
         """y[n, c, oh, ow .. ow + width - 1] at column stride s as s vectors of taps at every
