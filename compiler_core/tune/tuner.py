@@ -112,8 +112,8 @@ class Workload:
         return d * len(self.nodes) if d else self.guess
 
 
-def collect_workloads(graph: Graph, spec: MachineSpec,
-                      weight_dtype: str = "float32") -> list[Workload]:
+def collect_workloads(graph: Graph, spec: MachineSpec, weight_dtype: str = "float32",
+                      threads: int = 1) -> list[Workload]:
     read = {v for n in graph.nodes for v in n.inputs if v is not None} | set(graph.outputs)
     producers = {v: n for n in graph.nodes for v in n.outputs}
     by_key: dict[str, Workload] = {}
@@ -123,7 +123,7 @@ def collect_workloads(graph: Graph, spec: MachineSpec,
         key = workload_key(n, weight_dtype)
         if key not in by_key:
             checked = [k for k, v in enumerate(n.outputs) if v in read] or [0]
-            by_key[key] = Workload(key, [], space_of(n, spec), checked, 0.0,
+            by_key[key] = Workload(key, [], space_of(n, spec, threads), checked, 0.0,
                                    prologue=_prologue(n, producers))
         by_key[key].nodes.append(n)
         by_key[key].guess += _guess(n)
@@ -170,7 +170,8 @@ class Tuner:
         self.model_check: dict | None = None
 
     def __call__(self, graph: Graph) -> Graph:
-        self.workloads = collect_workloads(graph, self.spec, self.weight_dtype)
+        self.workloads = collect_workloads(graph, self.spec, self.weight_dtype,
+                                           self.request.threads)
         for w in self.workloads:
             self._load_records(w)
         started = time.monotonic()

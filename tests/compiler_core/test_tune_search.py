@@ -71,3 +71,19 @@ def test_evolutionary_search_finds_the_fast_region_sooner_than_random():
     randomly = [best_after(RandomSearch(seed)) for seed in range(3)]
     assert np.mean(evolved) <= np.mean(randomly)
     assert min(evolved) == min(synthetic_seconds(s) for s in gemm_workload().space)
+
+
+def test_tuned_for_one_thread_every_candidate_keeps_the_defaults_parallel_split():
+    """One thread runs a parallel loop as one call: serial or not is no choice there, and
+    the kernels of a model tuned for one thread must still use more when given them."""
+    from compiler_core.frontend.onnx import import_model
+    from compiler_core.kernels.depthwise import default_depthwise_schedule
+
+    from .test_depthwise import _model
+    model, _ = _model(120, 28, 28, 5, 1, {"pads": [2, 2, 2, 2]})
+    node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
+    node.schedule = default_depthwise_schedule(node, host_spec())
+    one, two = space_of(node, host_spec(), 1), space_of(node, host_spec(), 2)
+    assert node.schedule.parallel and one[0] == two[0] == node.schedule
+    assert {s.parallel for s in one} == {True} and {s.parallel for s in two} == {True, False}
+    assert len(two) == 2 * len(one)
