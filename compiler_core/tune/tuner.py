@@ -6,9 +6,11 @@ record for the target is reused as it is (a kernel is tuned once per target); th
 share the budget by their share of the model's time: the next batch always goes to the
 workload with the most estimated time per trial spent on it (node_cost's guess, calibrated
 against the timed kernels of the same op, until the default schedule has been timed; then
-the measured time times the number of calls). Each op's biggest guess is timed first. A workload stops early when PATIENCE candidates in
-a row improved on its best by less than 1%, or when its space is exhausted. Every
-measurement goes to the records store as it arrives.
+the measured time times the number of calls); each op's biggest guess is timed first. A
+workload stops early when PATIENCE candidates in a row improved on its best by less than
+1%, or when its space is exhausted. Every measurement goes to the records store as it
+arrives. Tuned for one thread, the candidates keep the default's parallel split
+(tune/space.py).
 
 Then each tuned workload's best is timed again against the default in one child (the best of
 many noisy timings is flattered by the noise): a schedule's time is its latest measurement,
