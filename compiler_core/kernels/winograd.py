@@ -15,7 +15,8 @@ Execution (one work item = a block of `tile_rows` rows of tiles of one image, so
 M stay in cache between phases, and items are the parallel loop):
   1. input transform: for each channel and tile row, B^T d along columns first (a
      contiguous, vectorised loop over x into a small row buffer), then along x per tile,
-     written as V[e][c][t] so the GEMM's B operand is contiguous in t;
+     written as V[e][c][t] so the GEMM's B operand is contiguous in t (each e's block
+     padded to an odd number of cache lines: position_stride);
   2. 36 GEMMs with kernels/matmul.emit_gemm (A = U_e packed like conv weights);
   3. output transform A^T m A per tile, through the conv's epilogue (bias, residual,
      activation), only for outputs that exist (edge tiles are cropped statically).
@@ -147,11 +148,13 @@ def lower_winograd_conv(node, kb, ins, outs):
     act = node.attrs.get("activation")
     dtype = y.dtype
 
+    v_step, m_step = position_stride(C, tc), position_stride(OC, tc)
+
     def v_base(item):
-        return item * (alpha * alpha * C * tc)
+        return item * (alpha * alpha * v_step)
 
     def m_base(item):
-        return item * (alpha * alpha * OC * tc)
+        return item * (alpha * alpha * m_step)
 
     def input_transform(item, c, r_base):
         """B^T d B of every tile of channel c in the item: rows first, then columns."""
@@ -168,13 +171,13 @@ def lower_winograd_conv(node, kb, ins, outs):
                     d = [kb.local(dtype, rows.flat(r_base + a * Wq + tx * m + s), "d")
                          for s in range(alpha)]
                     for b in range(alpha):
-                        kb.store_flat(v, v_base(item) + ((a * alpha + b) * C + c) * tc + t,
+                        kb.store_flat(v, v_base(item) + (a * alpha + b) * v_step + c * tc + t,
                                       _combine(bt[b], [Get(q) for q in d]))
 
     def gemm(item, e):
         emit_gemm(kb, GemmShape(OC, tc, C), _weights(u, e, OC, C, node.attrs),
-                  Operand(v, lambda k, p: v_base(item) + (e * C + k) * tc + p),
-                  Output(mbuf, lambda oc, p0: m_base(item) + (e * OC + oc) * tc + p0),
+                  Operand(v, lambda k, p: v_base(item) + e * v_step + k * tc + p),
+                  Output(mbuf, lambda oc, p0: m_base(item) + e * m_step + oc * tc + p0),
                   dtype, sched.tiles, a_tiled=True)
 
     def output_transform(item, oc):
@@ -185,7 +188,7 @@ def lower_winograd_conv(node, kb, ins, outs):
 
         def tile(r, tx, ty, valid_rows, valid_cols):
             t = r * TW + tx
-            mv = [[kb.local(dtype, mbuf.flat(m_base(item) + ((a * alpha + b) * OC + oc) * tc + t), "m")
+            mv = [[kb.local(dtype, mbuf.flat(m_base(item) + (a * alpha + b) * m_step + oc * tc + t), "m")
                    for b in range(alpha)] for a in range(alpha)]
             half = [[kb.local(dtype, _combine(at[i], [Get(mv[a][b]) for a in range(alpha)]), "h")
                      for b in range(alpha)] for i in range(valid_rows)]
@@ -239,6 +242,21 @@ def lower_winograd_conv(node, kb, ins, outs):
             output_transform(item, oc)
 
 
+LINE = 16  # float32 elements per 64-byte cache line
+
+
+def position_stride(channels: int, columns: int) -> int:
+    """Elements from one position e's block of V (or M) to the next: channels x columns,
+    rounded up to an odd number of cache lines. A tile's transforms store (load) one
+    value at each of the alpha^2 positions, and at a stride of a multiple of 2 KB those
+    all fall in one or two sets of L1 (64 sets: 4 KB apart), more lines than its ways.
+    znver5, 1 thread, F(4x4) over 128 -> 128 channels at 40x40, by tile rows per item
+    (columns; stride in KB): 4 (40; 20) 4930 us, 5 (50; 25) 1011, 6 (60; 30) 2408,
+    7 (70; 35) 1412, 10 (100; 50) 1962."""
+    lines = -(-channels * columns // LINE)
+    return (lines + 1 - lines % 2) * LINE
+
+
 def scratch_shapes(n: int, c: int, oc: int, out_hw, m: int, tile_rows: int, phases: bool) -> dict:
     """Element counts of the kernel's scratch buffers: V, M and the row buffer (one per
     item, or per item and channel when the input transform is a parallel loop of its own)."""
@@ -248,6 +266,7 @@ def scratch_shapes(n: int, c: int, oc: int, out_hw, m: int, tile_rows: int, phas
     tc = tile_rows * tw
     alpha = m + TAPS - 1
     _, wq = padded_input(out_hw, m, tile_rows)
-    return {"v": items * alpha * alpha * c * tc, "m": items * alpha * alpha * oc * tc,
+    return {"v": items * alpha * alpha * position_stride(c, tc),
+            "m": items * alpha * alpha * position_stride(oc, tc),
             "rows": items * (c if phases else 1) * alpha * wq}
 

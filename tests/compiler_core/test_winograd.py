@@ -158,6 +158,18 @@ def test_items_are_wide_gemms_with_little_padding(rows, per_row):
     assert min(48, rows * per_row) <= r * per_row <= 160
 
 
+@pytest.mark.parametrize("channels,columns", [(128, 100), (128, 40), (64, 98), (256, 25),
+                                              (3, 7), (512, 16)])
+def test_a_tiles_values_at_the_positions_fall_in_distinct_cache_sets(channels, columns):
+    """A tile's transforms touch one value per position, position_stride apart: each must
+    be in an L1 set of its own (64 sets of 64-byte lines, 4 KB apart), or they evict each
+    other (128 channels x 100 columns unpadded: 50 KB apart, all in one set)."""
+    step = W.position_stride(channels, columns)
+    assert channels * columns <= step < channels * columns + 2 * W.LINE
+    sets = {(e * step * 4 // 64) % 64 for e in range(36)}
+    assert len(sets) == 36
+
+
 @pytest.mark.parametrize("phases", [False, True])
 @pytest.mark.parametrize("case", ["odd plane, partial edge tiles", "batch of 2 with residual"])
 def test_both_parallel_layouts_match_onnxruntime(case, phases, monkeypatch):
