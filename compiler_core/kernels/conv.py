@@ -583,26 +583,38 @@ def winograd_tile_size(node, lanes: int, f4_min_tiles: int | None = None) -> int
     return 0
 
 
+# Columns of an item's GEMMs at most. Wider items stream U (36 x OC x C weights) fewer
+# times, until V and M outgrow what the caches hold. znver5, 1 | 2 threads, alone, against
+# the old rule (at most ~128 columns: its measurements had V and M aliasing in L1, see
+# kernels/winograd.position_stride): 64 channels at 224x224 in items of 224 columns 1.09
+# | 0.99, of 392 1.06 | 0.92, of 784 1.00 | 0.89; 128 at 112x112, 196 columns 1.12 | 1.11,
+# 392 1.12 | 1.08; 256 at 56x56 one item of 196 1.14 | 1.12; 80 at 80x80 200 columns
+# 1.15 | 1.17, 400 (one item) 1.16 | 1.25; 64 at 56x56 one item of 196 1.05 | 1.06.
+WINOGRAD_MAX_ITEM_COLUMNS = 224
+
+
 def winograd_tile_rows(tile_rows_total: int, tiles_per_row: int) -> int:
-    """Rows of tiles per work item. Each item streams all of U (36 x OC x C weights) once,
-    so narrow items are slow (128 channels at 28x28 on znver3: 49 columns 1.04 ms, 28
-    columns 1.79 ms, 14 columns 3.9 ms); items past ~128 columns spill V and M from L2
-    (64 channels at 56x56: 98 columns 1.30 ms, 196 columns 1.57 ms). Dummy rows of tiles
-    that pad the last item cost their share."""
+    """Rows of tiles per work item: wide GEMMs of up to WINOGRAD_MAX_ITEM_COLUMNS columns
+    (narrow items are slow: 128 channels at 28x28 on znver3, 49 columns 1.04 ms, 28
+    columns 1.79 ms, 14 columns 3.9 ms); dummy rows of tiles that pad the last item cost
+    their share."""
     best, best_cost = 1, math.inf
-    for r in range(1, tile_rows_total + 1):
+    most = max(1, min(tile_rows_total, WINOGRAD_MAX_ITEM_COLUMNS // tiles_per_row))
+    for r in range(1, most + 1):
         padded = -(-tile_rows_total // r) * r
-        cols = r * tiles_per_row
-        cost = padded / tile_rows_total * (1 + 100 / cols) * (1 + max(0, cols - 128) / 128)
+        cost = padded / tile_rows_total * (1 + 100 / (r * tiles_per_row))
         if cost < best_cost:
             best, best_cost = r, cost
     return best
 
 
-# Fewer items than this run each phase as a parallel loop of its own (3 fork/joins): on
-# znver3 at 2 threads 128 channels at 28x28 (1 item) 1.07 -> 0.56 ms, 64 at 112x112
-# (7 items, uneven) 4.3 -> 3.8 ms; with 28 items (64 at 224x224) items win, 12.6 vs 13.7 ms.
-WINOGRAD_MIN_ITEMS = 16
+# A plane of one item runs each phase as a parallel loop of its own (3 fork/joins), or a
+# second thread would have nothing to do; several items keep an item's V and M in cache
+# between its phases, which pays even where the items split unevenly over the threads.
+# znver5, 1 | 2 threads, items against phases: 128 channels at 112x112 in 4 items 1.12 |
+# 1.11 against 1.02 | 1.02 (the old default, 7 items in phases: 1.00 | 1.00), in 2 items
+# 1.12 | 1.08 against 1.05 | 1.06; 64 at 224x224 in 14 items 1.09 | 0.99 against 0.81 | 0.77.
+WINOGRAD_MIN_ITEMS = 2
 
 
 def winograd_schedule(node, m: int, lanes: int, tile_rows: int | None = None,

@@ -12,7 +12,8 @@ from compiler_core.codegen.target_machine import host_spec
 from compiler_core.kernels import winograd as W
 from compiler_core.kernels import schedule
 from compiler_core.targets import get_target
-from compiler_core.kernels.conv import (conv_space, default_conv_schedule, winograd_schedule,
+from compiler_core.kernels.conv import (WINOGRAD_MAX_ITEM_COLUMNS, conv_space,
+                                        default_conv_schedule, winograd_schedule,
                                         winograd_tile_rows, winograd_tile_size)
 
 from .helpers import make_model, ort_run, rand
@@ -155,7 +156,7 @@ def test_the_tuner_may_choose_either_algorithm():
 def test_items_are_wide_gemms_with_little_padding(rows, per_row):
     r = winograd_tile_rows(rows, per_row)
     assert -(-rows // r) * r - rows <= max(1, rows // 6)
-    assert min(48, rows * per_row) <= r * per_row <= 160
+    assert min(48, rows * per_row) <= r * per_row <= WINOGRAD_MAX_ITEM_COLUMNS
 
 
 @pytest.mark.parametrize("channels,columns", [(128, 100), (128, 40), (64, 98), (256, 25),
