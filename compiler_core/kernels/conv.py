@@ -588,7 +588,7 @@ def winograd_tile_size(node, lanes: int, f4_min_tiles: int | None = None) -> int
 # the old rule (at most ~128 columns: its measurements had V and M aliasing in L1, see
 # kernels/winograd.position_stride): 64 channels at 224x224 in items of 224 columns 1.09
 # | 0.99, of 392 1.06 | 0.92, of 784 1.00 | 0.89; 128 at 112x112, 196 columns 1.12 | 1.11,
-# 392 1.12 | 1.08; 256 at 56x56 one item of 196 1.14 | 1.12; 80 at 80x80 200 columns
+# 392 1.12 | 1.08; 256 at 56x56 one item of 196 1.13 | 1.12; 80 at 80x80 200 columns
 # 1.15 | 1.17, 400 (one item) 1.16 | 1.25; 64 at 56x56 one item of 196 1.05 | 1.06.
 WINOGRAD_MAX_ITEM_COLUMNS = 224
 

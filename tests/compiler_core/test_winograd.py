@@ -164,7 +164,7 @@ def test_items_are_wide_gemms_with_little_padding(rows, per_row):
 def test_a_tiles_values_at_the_positions_fall_in_distinct_cache_sets(channels, columns):
     """A tile's transforms touch one value per position, position_stride apart: each must
     be in an L1 set of its own (64 sets of 64-byte lines, 4 KB apart), or they evict each
-    other (128 channels x 100 columns unpadded: 50 KB apart, all in one set)."""
+    other (128 channels x 100 columns unpadded: 50 KB apart, all in two sets)."""
     step = W.position_stride(channels, columns)
     assert channels * columns <= step < channels * columns + 2 * W.LINE
     sets = {(e * step * 4 // 64) % 64 for e in range(36)}
