@@ -33,6 +33,7 @@ from ..ir.loops import Get, as_expr
 from .conv import _weights
 from .epilogue import apply_activation
 from .matmul import GemmShape, Operand, Output, emit_gemm
+from .microkernel import CACHE_LINE
 from .registry import lowering
 
 # Interpolation points per output tile size (the point at infinity is implied). For m = 4
@@ -242,7 +243,7 @@ def lower_winograd_conv(node, kb, ins, outs):
             output_transform(item, oc)
 
 
-LINE = 16  # float32 elements per 64-byte cache line
+LINE = CACHE_LINE // 4  # elements of V and M (float32) per cache line
 
 
 def position_stride(channels: int, columns: int) -> int:
