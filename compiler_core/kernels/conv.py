@@ -31,6 +31,7 @@ from .matmul import (MAX_MR, SMALL_N, GemmShape, GemmTiles, Operand, Output, def
                      emit_gemm, even_chunk_size, l2_columns)
 from .conv_skinny import (MAX_VECTORS, SKINNY_COLUMNS, emit_skinny_gemm, output_rows, plane_rows,
                           row_tile, skinny_vectors)
+from .recurrent import L1_BYTES
 from .registry import lowering
 from .schedule import default_rule, search_space
 
@@ -236,6 +237,10 @@ def _amd_two_wide_fma_ports(spec) -> bool:
     return _two_wide_fma_ports(spec) and spec.cpu.startswith("znver")
 
 
+def _intel_two_fma_ports(spec) -> bool:
+    return _two_wide_fma_ports(spec) and not _amd_two_wide_fma_ports(spec)
+
+
 def _wide_tiles(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
     """More accumulators on cores that issue two 512-bit FMAs a cycle (Zen 4 one): tiles
     of 6 rows by 3 vectors (18 accumulators, half a load per FMA instead of two thirds) on
@@ -261,6 +266,15 @@ def _wide_tiles(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
 # accumulators' lane-by-lane stores stay a small part of the work.
 CHANNEL_VECTORS_BELOW_FILL = 0.85
 CHANNEL_VECTORS_MIN_K = 128
+# On Intel's two-FMA cores those stores weigh more: a 1x1 conv of a shorter reduction runs
+# faster as the GEMM, reading its input in place (see INTEL_IN_PLACE_MAX_INPUT_BYTES). Xeon (LLVM: rocketlake,
+# a Sapphire Rapids-class cloud core), alone, channel vectors -> GEMM, 1 | 2 threads: 160 ->
+# 960 channels at 7x7 (MobileNetV3, K 160) 0.87 | 0.87, 544 -> 544 in 4 groups at 7x7
+# (ShuffleNet, K 136) 0.80 | 0.80; with longer reductions channel vectors keep winning:
+# 512 -> 128 at 7x7 1.14 | 1.09, 960 -> 160 1.16 | 1.11, 832 -> 384 at 6x6 1.22 | 1.08.
+# Whole models new/old with both rules, interleaved: MobileNetV3 0.988 | 0.991, ShuffleNet
+# 0.977 | 0.943 (no other bench model's convs change).
+CHANNEL_VECTORS_MIN_K_INTEL_1X1 = 256
 # With 16 vector registers (AVX2) every panel of 2 x 8 channels reads the whole input again:
 # past this much of such reads the GEMM wins (znver3, 1 thread: ResNet-50's 512-channel 3x3
 # stride-2 conv to 7x7, 32 panels x 655 KB, 5.2-7.1 -> 4.4-4.7 ms). An image stem (<= 4
@@ -271,8 +285,10 @@ CHANNEL_VECTORS_MAX_REREAD_BYTES = 8 << 20
 
 
 def _channel_vectors_pay(node, shape: GemmShape, lanes: int, spec) -> bool:
-    if not (node.inputs[1].is_const and shape.M >= 2 * lanes
-            and shape.K >= CHANNEL_VECTORS_MIN_K):
+    min_k = CHANNEL_VECTORS_MIN_K
+    if _intel_two_fma_ports(spec) and math.prod(node.attrs["kernel_shape"]) == 1:
+        min_k = CHANNEL_VECTORS_MIN_K_INTEL_1X1
+    if not (node.inputs[1].is_const and shape.M >= 2 * lanes and shape.K >= min_k):
         return False
     x = node.inputs[0]
     if spec.vector_registers < 32:
@@ -452,6 +468,12 @@ UNPACKED_CHUNKS_MIN_INPUT_BYTES_512 = 4 << 20
 # place / packed: 16 -> 64 channels 3x3 at 55x55 1.27x, 1x1 1.16x, 3 -> 64 3x3 stride 2 at
 # 224x224 1.07x; with 24 to 48 input channels 0.93-1.07x, with 64 or more 0.73-1.03x.
 PACK_MIN_PLANES_TWO_WIDE_PORTS = 17
+# An input that fits in L1 is read in place on Intel's two-FMA cores: the copy buys no
+# stream there. Xeon (LLVM: rocketlake), alone, packed -> in place, 1 | 2 threads: 160 ->
+# 960 channels at 7x7 (rows split 4 ways) 0.85 | 0.92, 544 -> 544 in 4 groups at 7x7 (2
+# row items packed, 4 in place) 0.83 | 0.83. Wider planes keep their packing.
+INTEL_IN_PLACE_MAX_INPUT_BYTES = L1_BYTES
+INTEL_IN_PLACE_MAX_COLUMNS = 64
 
 
 def _default_packing(sched: ConvSchedule, node, shape: GemmShape, pieces: int,
@@ -462,6 +484,10 @@ def _default_packing(sched: ConvSchedule, node, shape: GemmShape, pieces: int,
     sched = with_packing(sched, shape, pieces)
     planes = node.inputs[0].shape[1] // node.attrs["group"]
     if sched.pack and _two_wide_fma_ports(spec) and planes < PACK_MIN_PLANES_TWO_WIDE_PORTS:
+        sched = dataclasses.replace(sched, pack=False)
+    in_l1 = (shape.N <= INTEL_IN_PLACE_MAX_COLUMNS
+             and node.inputs[0].nbytes // pieces <= INTEL_IN_PLACE_MAX_INPUT_BYTES)
+    if sched.pack and _intel_two_fma_ports(spec) and in_l1:
         sched = dataclasses.replace(sched, pack=False)
     if not sched.pack:
         streamed = node.inputs[0].nbytes >= UNPACKED_CHUNKS_MIN_INPUT_BYTES_512

@@ -321,3 +321,27 @@ def test_unpacked_gemms_take_k_in_short_chunks():
     packed = conv_node(conv_model(n=1, c=256, oc=256, hw=20, k=1))
     sched = default_conv_schedule(packed, avx2)
     assert sched.pack and sched.tiles.kc == 256
+
+
+@pytest.mark.parametrize("cpu", TWO_FMA_CPUS + ("znver4",))
+def test_intel_two_fma_cores_read_a_short_reduction_on_a_small_plane_in_place(cpu):
+    """MobileNetV3's 160 -> 960 1x1 conv at 7x7: channel vectors on Zen; on Intel's two-FMA
+    cores the GEMM, reading its 31 KB input in place. A reduction of 512 keeps channel
+    vectors everywhere, and a wider plane its packing."""
+    intel = not cpu.startswith("znver")
+    short = default_conv_schedule(conv_node(conv_model(1, 160, 960, 7, 1)), _avx512(cpu))
+    assert (short.lanes == 0) == intel and not short.pack
+    long = default_conv_schedule(conv_node(conv_model(1, 512, 128, 7, 1)), _avx512(cpu))
+    assert long.lanes > 0
+    wide = default_conv_schedule(conv_node(conv_model(1, 20, 512, 14, 1)), _avx512(cpu))
+    assert wide.pack
+
+
+def test_the_in_place_gemm_of_a_small_plane_is_right(monkeypatch):
+    model = conv_model(1, 160, 960, 7, 1, residual=True)
+    feeds = feeds_for(model)
+    sched = default_conv_schedule(conv_node(model), _avx512("sapphirerapids"))
+    assert sched.lanes == 0 and not sched.pack and sched.split == "rows"
+    monkeypatch.setitem(schedule.DEFAULTS, "Conv", lambda node, spec: sched)
+    for got in run_both(model, feeds):
+        assert_close(got, ort_run(model, feeds)["y"], str(sched))

@@ -126,7 +126,7 @@ PLANE_CASES = {
     "3x3 stride 2 to 7x7 with residual": dict(n=1, c=24, oc=64, plane=(14, 14), k=3, stride=2,
                                               pad=1, residual=True),
     "1x1 at 5x5 with SiLU, channels not whole panels":
-        dict(n=1, c=160, oc=72, plane=(5, 5), k=1, act="SiLU"),
+        dict(n=1, c=256, oc=72, plane=(5, 5), k=1, act="SiLU"),
     "grouped 3x3": dict(n=1, c=64, oc=96, plane=(7, 7), k=3, pad=1, group=2),
     "3-d plane": dict(n=1, c=8, oc=40, plane=(5, 5, 5), k=3, pad=1),
 }
