@@ -267,13 +267,13 @@ def _wide_tiles(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
 CHANNEL_VECTORS_BELOW_FILL = 0.85
 CHANNEL_VECTORS_MIN_K = 128
 # On Intel's two-FMA cores those stores weigh more: a 1x1 conv of a shorter reduction runs
-# faster as the GEMM, reading its input in place (see INTEL_IN_PLACE_MAX_INPUT_BYTES). Xeon (LLVM: rocketlake,
-# a Sapphire Rapids-class cloud core), alone, channel vectors -> GEMM, 1 | 2 threads: 160 ->
-# 960 channels at 7x7 (MobileNetV3, K 160) 0.87 | 0.87, 544 -> 544 in 4 groups at 7x7
-# (ShuffleNet, K 136) 0.80 | 0.80; with longer reductions channel vectors keep winning:
-# 512 -> 128 at 7x7 1.14 | 1.09, 960 -> 160 1.16 | 1.11, 832 -> 384 at 6x6 1.22 | 1.08.
-# Whole models new/old with both rules, interleaved: MobileNetV3 0.988 | 0.991, ShuffleNet
-# 0.977 | 0.943 (no other bench model's convs change).
+# faster as the GEMM, reading its input in place (INTEL_IN_PLACE_MAX_INPUT_BYTES). Xeon
+# (LLVM: rocketlake, a Sapphire Rapids-class cloud core), alone, channel vectors -> GEMM,
+# 1 | 2 threads: 160 -> 960 channels at 7x7 (MobileNetV3, K 160) 0.87 | 0.87, 544 -> 544
+# in 4 groups at 7x7 (ShuffleNet, K 136) 0.80 | 0.80; with longer reductions channel
+# vectors keep winning: 512 -> 128 at 7x7 1.14 | 1.09, 960 -> 160 1.16 | 1.11, 832 -> 384
+# at 6x6 1.22 | 1.08. Whole models new/old with both rules, interleaved: MobileNetV3 0.988
+# | 0.991, ShuffleNet 0.977 | 0.943 (no other bench model's convs change).
 CHANNEL_VECTORS_MIN_K_INTEL_1X1 = 256
 # With 16 vector registers (AVX2) every panel of 2 x 8 channels reads the whole input again:
 # past this much of such reads the GEMM wins (znver3, 1 thread: ResNet-50's 512-channel 3x3
@@ -471,7 +471,9 @@ PACK_MIN_PLANES_TWO_WIDE_PORTS = 17
 # An input that fits in L1 is read in place on Intel's two-FMA cores: the copy buys no
 # stream there. Xeon (LLVM: rocketlake), alone, packed -> in place, 1 | 2 threads: 160 ->
 # 960 channels at 7x7 (rows split 4 ways) 0.85 | 0.92, 544 -> 544 in 4 groups at 7x7 (2
-# row items packed, 4 in place) 0.83 | 0.83. Wider planes keep their packing.
+# row items packed, 4 in place) 0.83 | 0.83. Wider planes keep their packing: without the
+# column bound a 13x13 conv of SqueezeNet went in place and the model lost (new/old 1.04 |
+# 1.07).
 INTEL_IN_PLACE_MAX_INPUT_BYTES = L1_BYTES
 INTEL_IN_PLACE_MAX_COLUMNS = 64
 
@@ -485,9 +487,9 @@ def _default_packing(sched: ConvSchedule, node, shape: GemmShape, pieces: int,
     planes = node.inputs[0].shape[1] // node.attrs["group"]
     if sched.pack and _two_wide_fma_ports(spec) and planes < PACK_MIN_PLANES_TWO_WIDE_PORTS:
         sched = dataclasses.replace(sched, pack=False)
-    in_l1 = (shape.N <= INTEL_IN_PLACE_MAX_COLUMNS
-             and node.inputs[0].nbytes // pieces <= INTEL_IN_PLACE_MAX_INPUT_BYTES)
-    if sched.pack and _intel_two_fma_ports(spec) and in_l1:
+    small_in_l1 = (shape.N <= INTEL_IN_PLACE_MAX_COLUMNS
+                   and node.inputs[0].nbytes // pieces <= INTEL_IN_PLACE_MAX_INPUT_BYTES)
+    if sched.pack and _intel_two_fma_ports(spec) and small_in_l1:
         sched = dataclasses.replace(sched, pack=False)
     if not sched.pack:
         streamed = node.inputs[0].nbytes >= UNPACKED_CHUNKS_MIN_INPUT_BYTES_512
