@@ -485,11 +485,10 @@ def _default_packing(sched: ConvSchedule, node, shape: GemmShape, pieces: int,
     and on AVX-512 where the input is several times L2."""
     sched = with_packing(sched, shape, pieces)
     planes = node.inputs[0].shape[1] // node.attrs["group"]
-    if sched.pack and _two_wide_fma_ports(spec) and planes < PACK_MIN_PLANES_TWO_WIDE_PORTS:
-        sched = dataclasses.replace(sched, pack=False)
-    small_in_l1 = (shape.N <= INTEL_IN_PLACE_MAX_COLUMNS
+    few_planes = _two_wide_fma_ports(spec) and planes < PACK_MIN_PLANES_TWO_WIDE_PORTS
+    small_in_l1 = (_intel_two_fma_ports(spec) and shape.N <= INTEL_IN_PLACE_MAX_COLUMNS
                    and node.inputs[0].nbytes // pieces <= INTEL_IN_PLACE_MAX_INPUT_BYTES)
-    if sched.pack and _intel_two_fma_ports(spec) and small_in_l1:
+    if sched.pack and (few_planes or small_in_l1):
         sched = dataclasses.replace(sched, pack=False)
     if not sched.pack:
         streamed = node.inputs[0].nbytes >= UNPACKED_CHUNKS_MIN_INPUT_BYTES_512
