@@ -21,6 +21,7 @@ from .elementwise import loop_kind
 from .microkernel import PACKED_B_AHEAD_BYTES, PREFETCH_BYTES, PREFETCH_MIN_ROWS, prefetch_lines
 from .reduce import normalise_row
 from .registry import lowering
+from .schedule import default_rule, search_space
 
 # The default tiles (see default_tiles): at most 6 rows per register tile, and vectors per
 # row by rows so that a tile keeps about 8-12 vector accumulators whatever its height and the
@@ -277,22 +278,71 @@ def _batch_offsets(idx, shape, out_batch):
     return off
 
 
+def _as_matrices(a: tuple, b: tuple) -> tuple[tuple, tuple]:
+    """numpy matmul's operand shapes as (batch..., rows, columns): a vector A is one row, a
+    vector B one column."""
+    return (a if len(a) > 1 else (1, *a)), (b if len(b) > 1 else (*b, 1))
+
+
+def matmul_dims(node) -> tuple[int, int, int, int]:
+    """(matrices, M, N, K) of a MatMul node, the batch dims broadcast."""
+    a_mat, b_mat = _as_matrices(node.inputs[0].shape, node.inputs[1].shape)
+    return math.prod(np.broadcast_shapes(a_mat[:-2], b_mat[:-2])), a_mat[-2], b_mat[-1], a_mat[-1]
+
+
+def _tiled_float32(node) -> bool:
+    """Whether the MatMul runs on float32 register tiles (kernels of other dtypes keep
+    emit_gemm's defaults for their own lanes; few columns reduce along k instead)."""
+    return node.outputs[0].dtype == np.float32 and matmul_dims(node)[2] >= SMALL_N
+
+
+@default_rule("MatMul")
+def default_matmul_tiles(node, spec) -> GemmTiles | None:
+    """emit_gemm's default tiles. Taller tiles for a product two vectors wide (12 x 32,
+    24 accumulators) did not pay as a default: AMD EPYC (LLVM: znver4), BERT-384's P V
+    (384 x 32 over k = 384, 12 heads), whole model new/old 0.977-1.003 at 1 thread over five
+    interleaved runs, the kernel 1.31 against 1.30-1.46 ms in the model."""
+    if not _tiled_float32(node):
+        return None
+    _, M, N, K = matmul_dims(node)
+    return default_tiles(GemmShape(M, N, K), spec.vector_bits // 32)
+
+
+@search_space("MatMul")
+def matmul_space(node, spec) -> list[GemmTiles]:
+    """Tiles of 1-4 vectors by 4-12 rows whose accumulators leave registers for B's
+    vectors and A's broadcast, times k chunks."""
+    if not _tiled_float32(node):
+        return []
+    _, M, N, K = matmul_dims(node)
+    lanes = spec.vector_bits // 32
+    out = []
+    for vectors in (1, 2, 3, 4):
+        nr = min(vectors * lanes, N)
+        for mr in (4, 6, 8, 12):
+            if mr * vectors > spec.vector_registers - vectors - 1:
+                continue
+            for kc in sorted({min(K, c) for c in (128, 256, K_CHUNK, 512)}):
+                out.append(GemmTiles(min(mr, M), nr, kc, l2_columns(kc, nr)))
+    return list(dict.fromkeys(out))
+
+
 @lowering("MatMul")
 def lower_matmul(node, kb, ins, outs):
-    """numpy matmul: a vector A is one row, a vector B one column; batch dims broadcast.
-    A fused epilogue (passes/fuse_activation.fuse_epilogue) may read the tensors after A
-    and B, which broadcast to Y (an attention's mask). Plain arithmetic runs on the
-    register tiles: AMD EPYC (LLVM: znver4), 1 thread, BERT-384's scores scaled and masked
-    by the Q K^T MatMul (new/old) 1.012-1.015 on the tiles, 0.998-1.001 in a sweep over
-    each block of finished tiles. A fused softmax along the rows (attrs "softmax",
+    """numpy matmul (_as_matrices); batch dims broadcast. A fused epilogue
+    (passes/fuse_activation.fuse_epilogue) may read the tensors after A and B, which
+    broadcast to Y (an attention's mask). Plain arithmetic runs on the register tiles:
+    AMD EPYC (LLVM: znver4), 1 thread, BERT-384's scores scaled and masked by the Q K^T
+    MatMul (new/old) 1.012-1.015 on the tiles, 0.998-1.001 in a sweep over each block of
+    finished tiles. A fused softmax along the rows (attrs "softmax",
     passes/fuse_softmax.py) runs over each block of finished rows; a "deferred" one leaves
     the division by the row sums to the MatMul that reads Y, and writes 1 / each row's sum
-    to its second output (passes/defer_softmax_division.py)."""
+    to its second output (passes/defer_softmax_division.py). The tiles are the node's
+    schedule (default_matmul_tiles), or emit_gemm's defaults where it has none."""
     a, b, operands = ins[0], ins[1], ins[2:]
     y = outs[0]
     act = node.attrs.get("activation")
-    a_mat = a.shape if len(a.shape) > 1 else (1, *a.shape)
-    b_mat = b.shape if len(b.shape) > 1 else (*b.shape, 1)
+    a_mat, b_mat = _as_matrices(a.shape, b.shape)
     M, K = a_mat[-2:]
     N = b_mat[-1]
     batch = tuple(np.broadcast_shapes(a_mat[:-2], b_mat[:-2]))
@@ -320,7 +370,8 @@ def lower_matmul(node, kb, ins, outs):
                   Operand(b, lambda k, n: b_base + k * N + n),
                   Output(y, lambda m, n0: y_base + m * N + n0, act and row_epilogue,
                          is_heavy(act) and not is_arithmetic(act),
-                         softmax if node.attrs.get("softmax") else None), y.dtype)
+                         softmax if node.attrs.get("softmax") else None), y.dtype,
+                  node.schedule)
 
 
 # ---------------------------------------------------------------- Gemm

@@ -62,7 +62,13 @@ def _conv(node: Node, s) -> list[float]:
                               min(cols, t.nc)) + [_log(pieces * count)]
 
 
-LOOP_FEATURES = {"PackedGemm": _packed_gemm, "Conv": _conv}
+def _matmul(node: Node, t) -> list[float]:
+    from ..kernels.matmul import matmul_dims
+    _, M, N, K = matmul_dims(node)  # one work item per matrix of the batch
+    return gemm_loop_features(M, N, K, t.mr, t.nr, t.kc, M, min(N, t.nc))
+
+
+LOOP_FEATURES = {"PackedGemm": _packed_gemm, "Conv": _conv, "MatMul": _matmul}
 
 
 def features(node: Node, schedule) -> list[float]:
