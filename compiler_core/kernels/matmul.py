@@ -284,16 +284,16 @@ def _as_matrices(a: tuple, b: tuple) -> tuple[tuple, tuple]:
     return (a if len(a) > 1 else (1, *a)), (b if len(b) > 1 else (*b, 1))
 
 
-def matmul_dims(node) -> tuple[int, int, int, int]:
-    """(matrices, M, N, K) of a MatMul node, the batch dims broadcast."""
+def matmul_dims(node) -> tuple[int, int, int]:
+    """(M, N, K) of each matrix product of a MatMul node."""
     a_mat, b_mat = _as_matrices(node.inputs[0].shape, node.inputs[1].shape)
-    return math.prod(np.broadcast_shapes(a_mat[:-2], b_mat[:-2])), a_mat[-2], b_mat[-1], a_mat[-1]
+    return a_mat[-2], b_mat[-1], a_mat[-1]
 
 
 def _tiled_float32(node) -> bool:
     """Whether the MatMul runs on float32 register tiles (kernels of other dtypes keep
     emit_gemm's defaults for their own lanes; few columns reduce along k instead)."""
-    return node.outputs[0].dtype == np.float32 and matmul_dims(node)[2] >= SMALL_N
+    return node.outputs[0].dtype == np.float32 and matmul_dims(node)[1] >= SMALL_N
 
 
 @default_rule("MatMul")
@@ -304,7 +304,7 @@ def default_matmul_tiles(node, spec) -> GemmTiles | None:
     interleaved runs, the kernel 1.31 against 1.30-1.46 ms in the model."""
     if not _tiled_float32(node):
         return None
-    _, M, N, K = matmul_dims(node)
+    M, N, K = matmul_dims(node)
     return default_tiles(GemmShape(M, N, K), spec.vector_bits // 32)
 
 
@@ -314,7 +314,7 @@ def matmul_space(node, spec) -> list[GemmTiles]:
     vectors and A's broadcast, times k chunks."""
     if not _tiled_float32(node):
         return []
-    _, M, N, K = matmul_dims(node)
+    M, N, K = matmul_dims(node)
     lanes = spec.vector_bits // 32
     out = []
     for vectors in (1, 2, 3, 4):

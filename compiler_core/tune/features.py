@@ -64,7 +64,7 @@ def _conv(node: Node, s) -> list[float]:
 
 def _matmul(node: Node, t) -> list[float]:
     from ..kernels.matmul import matmul_dims
-    _, M, N, K = matmul_dims(node)  # one work item per matrix of the batch
+    M, N, K = matmul_dims(node)  # one work item per matrix of the batch
     return gemm_loop_features(M, N, K, t.mr, t.nr, t.kc, M, min(N, t.nc))
 
 
