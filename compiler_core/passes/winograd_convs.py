@@ -5,9 +5,9 @@ Runs after the schedules are final and before weight packing. For each such Conv
 * the weights become U = G g G^T, (36, OC, C) for F(4x4, 3x3), packed in register-tile
   rows like every conv weight (passes/pack_weights.packed_conv_weights, one "group" per
   transformed position);
-* the input is padded by a ConvPad of its own, to whole tiles (and whole work items of
-  tile rows) past the conv's own padding, so the input transform reads every patch
-  without bounds checks; the Conv's ConvPad goes away when nothing else reads it;
+* the kernel reads the conv's unpadded input in place (its padding, and the rows and
+  columns past it up to whole tiles and items, read as zeros), so the Conv's ConvPad goes
+  away when nothing else reads it;
 * the kernel's scratch buffers (V, M, a row buffer) are extra outputs, as for the direct
   conv's wide output, so the memory plan places them in the arena.
 Bias, residual and the fused activation carry over to the output transform's epilogue.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 
 from ..ir import Graph, Node, Value
-from ..kernels.winograd import padded_input, scratch_shapes, transform_weights
+from ..kernels.winograd import scratch_shapes, transform_weights
 from .dce import eliminate_dead_code
 from .pack_weights import packed_conv_weights
 
@@ -43,26 +43,16 @@ def _winograd(conv: Node, producers) -> list[Node]:
     y = conv.outputs[0]
     pad = producers.get(xq)
     x = pad.inputs[0] if pad is not None and pad.op == "ConvPad" else xq
-    N, C, H, W = x.shape
-    pb = list(conv.attrs["pads_begin"])
-    hq, wq = padded_input(y.shape[2:], m, tile_rows)
+    N, C = x.shape[:2]
     tag = f"{conv.name or 'conv'}_winograd{next(_ids)}"
-    new = []
-    if pb == [0, 0] and (H, W) == (hq, wq):
-        xw = x
-    else:
-        xw = Value(f"{tag}_input", (N, C, 1, 1, hq, wq), x.dtype)
-        new.append(Node("ConvPad", [x], [xw], {"strides": [1, 1], "pads_begin": pb},
-                        name=conv.name, guards=conv.guards, sources=conv.onnx_nodes))
     u = transform_weights(w.const, m)
     packed, mr = packed_conv_weights(u.reshape(-1, C), u.shape[0], sched.tiles.mr)
     weights = Value(f"{w.name}_winograd", packed.shape, w.dtype, const=packed)
     sizes = scratch_shapes(N, C, y.shape[1], y.shape[2:], m, tile_rows, sched.winograd_phases)
     scratch = [Value(f"{tag}_{k}", (sizes[k],), y.dtype) for k in ("v", "m", "rows")]
     attrs = dict(conv.attrs, packed_mr=mr, winograd_m=m, tile_rows=tile_rows)
-    new.append(Node("WinogradConv", [xw, weights, bias, residual], [y, *scratch], attrs,
-                    name=conv.name, guards=conv.guards, schedule=sched, sources=conv.onnx_nodes))
-    return new
+    return [Node("WinogradConv", [x, weights, bias, residual], [y, *scratch], attrs,
+                 name=conv.name, guards=conv.guards, schedule=sched, sources=conv.onnx_nodes)]
 
 
 def winograd_layers(graph: Graph) -> list[dict]:

@@ -4,9 +4,8 @@ A candidate is the workload's node carrying the candidate schedule, finished by 
 passes that follow schedule assignment in the real pipeline (weight packing, Winograd), so
 the kernels built here are the kernels a model compiled with that schedule would call. The
 node's `prologue` (the ConvPad that pads its input in the model) is finished with it: a
-schedule may prepare its input differently (Winograd pads to whole tiles with a ConvPad of
-its own), so every candidate starts from the same unpadded input and is timed with its
-padding. All candidates of a batch go into one KernelLibrary (one LLVM module, one link);
+schedule may prepare its input differently (Winograd reads the unpadded input in place),
+so every candidate starts from the same unpadded input and is timed with its padding. All candidates of a batch go into one KernelLibrary (one LLVM module, one link);
 when that fails, each is built alone so that one bad candidate does not sink the batch.
 """
 from __future__ import annotations

@@ -133,7 +133,7 @@ def collect_workloads(graph: Graph, spec: MachineSpec, weight_dtype: str = "floa
 
 
 def _prologue(n: Node, producers: dict) -> list[Node]:
-    """The ConvPad that pads a conv's input, which a Winograd candidate replaces by its own."""
+    """The ConvPad that pads a conv's input, which a Winograd candidate does without."""
     pad = producers.get(n.inputs[0]) if n.op == "Conv" else None
     return [pad] if pad is not None and pad.op == "ConvPad" else []
 

@@ -77,7 +77,7 @@ def test_records_make_a_second_tuning_measure_nothing(tmp_path):
 
 def padded_conv_graph(channels: int = 16, size: int = 12) -> Graph:
     """A 3x3 conv with padding, after the passes up to schedule assignment: its input is
-    a ConvPad's output, which Winograd replaces by a padding of its own."""
+    a ConvPad's output, which Winograd does without (it reads the unpadded input)."""
     model = make_model(
         [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])],
         [("x", np.float32, [1, channels, size, size])], [("y", np.float32, None)],
@@ -90,7 +90,7 @@ def padded_conv_graph(channels: int = 16, size: int = 12) -> Graph:
 
 def test_winograd_and_direct_candidates_of_a_padded_conv_are_measured_alike():
     """Each candidate is built from the conv's ConvPad on: the direct conv reads the padded
-    planes, Winograd pads to whole tiles itself; both see the same input, and agree."""
+    planes, Winograd reads the unpadded input; both see the same input, and agree."""
     workload = next(w for w in collect_workloads(padded_conv_graph(), host_spec())
                     if w.op == "Conv")
     assert [n.op for n in workload.prologue] == ["ConvPad"]

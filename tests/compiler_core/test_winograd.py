@@ -199,3 +199,36 @@ def test_silu_runs_in_the_output_transform():
     art = cc.compile(model)
     assert [k["op"] for k in art.meta["kernels"] if k["op"] != "ConvPad"] == ["WinogradConv"]
     assert_close(art.run(feeds)["y"], ort_run(model, feeds)["y"], "SiLU epilogue")
+
+
+PADDINGS = {  # (pads [top, left, bottom, right], input h x w)
+    "no padding": ([0, 0, 0, 0], (18, 21)),
+    "one all round": ([1, 1, 1, 1], (17, 22)),
+    "uneven": ([0, 2, 1, 0], (19, 16)),
+    "two on top, none below": ([2, 1, 0, 1], (20, 20)),
+    "a plane shorter than a patch": ([1, 1, 1, 1], (4, 11)),
+}
+
+
+@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("padding", PADDINGS)
+def test_the_input_is_read_in_place_with_its_padding_as_zeros(padding, m, monkeypatch):
+    """No ConvPad copy before the kernel: patches over the padding (top, bottom, sides) and
+    rows of tiles past the output (the last item's padding, items of 3 tile rows) read
+    zeros."""
+    pads, (h, w) = PADDINGS[padding]
+    oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads)]
+    model = make_model(nodes, [("x", F, (2, 24, h, w))], [("y", F, (2, 40, oh, ow))],
+                       [("w", rand(40, 24, 3, 3, seed=1)), ("b", rand(40, seed=2))])
+    feeds = feeds_for(model)
+    sched = winograd_schedule(conv_node(model), m, 8, tile_rows=3)
+    monkeypatch.setitem(schedule.DEFAULTS, "Conv", lambda node, spec: sched)
+    art = cc.compile(model)
+    assert [k["op"] for k in art.meta["kernels"]] == ["WinogradConv"]
+    expected = ort_run(model, feeds)["y"]
+    with tempfile.TemporaryDirectory() as d:
+        art.save(d)
+        for threads in (1, 2):
+            assert_close(cc.load(d, threads=threads).run(feeds)["y"], expected,
+                         f"{padding}, F({m}x{m}), {threads} threads")
