@@ -142,12 +142,12 @@ def _combine(coeffs, values):
 
 @lowering("WinogradConv")
 def lower_winograd_conv(node, kb, ins, outs):
-    xw, u, bias, residual = (ins + [None])[:4]
+    source, u, bias, residual = (ins + [None])[:4]
     y, v, mbuf, rows = outs
     m, tile_rows = node.attrs["winograd_m"], node.attrs["tile_rows"]
     alpha = m + TAPS - 1
     at, _, bt = (t.astype(np.float64) for t in transform_matrices(m))
-    N, C, H, W = xw.shape
+    N, C, H, W = source.shape  # the conv's input, unpadded
     pt, pl = node.attrs["pads_begin"]
     OC, OH, OW = y.shape[1:]
     Hq, Wq = padded_input((OH, OW), m, tile_rows)  # the input as the tiles see it
@@ -168,7 +168,8 @@ def lower_winograd_conv(node, kb, ins, outs):
         return item * (alpha * alpha * m_step)
 
     def input_transform(item, c, r_base):
-        """B^T d B of every tile of channel c in the item: rows first, then columns."""
+        """B^T d B of every tile of channel c in the item: rows first (from the unpadded
+        input, the padding as zeros), then columns."""
         n, chunk = item // chunks, item % chunks
         plane = (n * C + c) * H
         zero = as_expr(0.0, dtype)
@@ -188,11 +189,11 @@ def lower_winograd_conv(node, kb, ins, outs):
                                       _combine(bt[a], [Get(q) for q in d]))
 
             with kb.if_(logical_and(top >= 0, top + alpha <= H)) as branch:
-                along_columns(lambda i, x: xw.flat((plane + top + i) * W + x))
+                along_columns(lambda i, x: source.flat((plane + top + i) * W + x))
             with kb.else_(branch):  # a patch over the top or bottom padding
                 along_columns(lambda i, x: select(
                     logical_and(top + i >= 0, top + i < H),
-                    xw.flat((plane + minimum(maximum(top + i, 0), H - 1)) * W + x), zero))
+                    source.flat((plane + minimum(maximum(top + i, 0), H - 1)) * W + x), zero))
             with kb.loop(TW, name="tx") as tx:
                 t = r * TW + tx
                 for a in range(alpha):
