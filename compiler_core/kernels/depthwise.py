@@ -103,9 +103,13 @@ def flat_fits(node, lanes: int) -> bool:
 # tuner's times in the model: flat 14x14 planes, 3x3 over 184-672 channels, 0.33-0.34x
 # the time of rows (672 channels 634 -> 209 us); phase rows, stride 2, 0.60-0.75x of
 # dense columns (5x5 over 672 channels at 14x14 652 -> 390 us, over 72 at 56x56 561 ->
-# 422, 3x3 over 240 at 28x28 319 -> 230). The other AVX2 defaults were measured on Zen 3,
-# where these were not.
-FLAT_AVX2_CPUS = ("znver1",)
+# 422, 3x3 over 240 at 28x28 319 -> 230). AMD EPYC (LLVM: znver3), 1 thread, in the model:
+# flat 14x14 planes, 3x3 over 200-672 channels, 0.47-0.51x (672 channels 113 -> 54 us);
+# phase rows as on AVX-512 (_phase_rows_pay), stride 2: 5x5 over 72 channels at 56x56
+# 0.74x, but 3x3 over 112 at 56x56 (ShuffleNet) 1.21x, over 136 at 28x28 1.00x (over 240
+# in MobileNetV3 0.80x) and 5x5 over 672 at 14x14, 7 outputs a row, 1.18x.
+FLAT_AVX2_CPUS = ("znver1", "znver3")
+PHASE_ROWS_WHEREVER_IN_L1_CPUS = ("znver1",)
 
 
 @default_rule("DepthwiseConv")
@@ -124,7 +128,8 @@ def default_depthwise_schedule(node, spec) -> DepthwiseSchedule:
     # 240 at 28x28 24 -> 29)
     dense = _column_stride(node) > 1 and (spec.vector_bits < 512
                                           or KW >= DENSE_COLUMNS_MIN_TAPS_512)
-    phases = _phase_rows_pay(node, lanes) if wide else flat_avx2 and _phase_rows_in_l1(node, lanes)
+    phases = (_phase_rows_in_l1(node, lanes) if spec.cpu in PHASE_ROWS_WHEREVER_IN_L1_CPUS
+              else (wide or flat_avx2) and _phase_rows_pay(node, lanes))
     return DepthwiseSchedule(2, flops >= PARALLEL_MIN_TAP_FLOPS and _planes(node) > 1, flat,
                              dense and not phases, phases)
 

@@ -144,7 +144,8 @@ def test_every_schedule_of_the_search_space_is_correct(case, flat, monkeypatch):
 
 AVX512 = MachineSpec("x86_64-unknown-linux-gnu", "znver4",
                      "+avx,+avx2,+fma,+avx512f,+avx512bw,+avx512dq,+avx512vl")
-AVX2 = MachineSpec("x86_64-unknown-linux-gnu", "znver3", "+avx,+avx2,+fma")
+# an AVX2 core with no measured depthwise rules of its own (FLAT_AVX2_CPUS)
+AVX2 = MachineSpec("x86_64-unknown-linux-gnu", "haswell", "+avx,+avx2,+fma")
 
 
 @pytest.mark.parametrize("c,hw,k,stride,flat", [
@@ -190,11 +191,30 @@ ZEN1 = MachineSpec("x86_64-unknown-linux-gnu", "znver1", "+avx,+avx2,+fma")
 def test_zen1_takes_flat_planes_and_phase_rows_where_they_fit(c, hw, k, stride, plan):
     """On Zen 1 (FLAT_AVX2_CPUS) flat planes where they take fewer vectors, and phase rows
     for a column stride of 2 where the plane's fit L1, whatever the taps and row length."""
+    _assert_plan(c, hw, k, stride, ZEN1, plan)
+
+
+ZEN3 = MachineSpec("x86_64-unknown-linux-gnu", "znver3", "+avx,+avx2,+fma")
+
+
+@pytest.mark.parametrize("c,hw,k,stride,plan", [
+    (672, 14, 3, 1, "flat"), (200, 14, 3, 1, "flat"), (960, 7, 5, 1, "rows"),
+    (120, 28, 5, 1, "rows"),
+    (72, 56, 5, 2, "phase rows"), (240, 28, 3, 2, "dense"), (64, 56, 3, 2, "dense"),
+    (672, 14, 5, 2, "dense"),                         # 7 outputs a row: under a vector
+    (16, 128, 5, 2, "dense")])                        # 68 KB of phase rows: past L1
+def test_zen3_takes_flat_planes_and_phase_rows_as_avx512_does(c, hw, k, stride, plan):
+    """Zen 3 flat as Zen 1, phase rows as AVX-512: on 5 taps a row or more, where a row's
+    outputs fill a vector and the plane's phase rows fit L1."""
+    _assert_plan(c, hw, k, stride, ZEN3, plan)
+
+
+def _assert_plan(c, hw, k, stride, spec, plan):
     from compiler_core.frontend.onnx import import_model
     from compiler_core.kernels.depthwise import default_depthwise_schedule
     model, _ = _model(c, hw, hw, k, stride, {"pads": [k // 2] * 4})
     node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
-    s = default_depthwise_schedule(node, ZEN1)
+    s = default_depthwise_schedule(node, spec)
     assert (s.flat, s.phase_rows, s.dense_columns) == (
         plan == "flat", plan == "phase rows", plan == "dense")
 
