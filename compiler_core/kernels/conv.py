@@ -573,7 +573,8 @@ def _default_winograd(node, spec, lanes: int) -> int:
     if not winograd_eligible(node):
         return 0
     if not _two_wide_fma_ports(spec):
-        return winograd_tile_size(node, lanes)
+        m = winograd_tile_size(node, lanes)
+        return 2 if m == 4 and _f2_for_few_channels(node, spec) else m
     channels = node.inputs[1].shape[1], node.outputs[0].shape[1]
     if min(channels) < WINOGRAD_MIN_CHANNELS_TWO_FMA:
         return 0
@@ -582,6 +583,25 @@ def _default_winograd(node, spec, lanes: int) -> int:
         one_vector = not amd and min(channels) >= F4_ONE_VECTOR_MIN_CHANNELS
         return winograd_tile_size(node, lanes, WINOGRAD_MIN_TILES if one_vector else None)
     return min(2, winograd_tile_size(node, lanes)) if amd else 0
+
+
+# On AVX2, with few channels and an input plane that fits L2, F(2x2) beats F(4x4): its
+# transforms, whose work grows with C + OC where the GEMMs' grows with C x OC, are lighter
+# per output, and its 4x4 patches read each input 4 times (F(4x4)'s 6x6 ones 2.25), which
+# costs little from L2. znver3, in the model, F(4x4) -> F(2x2), 1 | 2 threads: 16 -> 16
+# channels at 80x80 (410 KB) 0.77 | 0.76, 16 -> 64 at 55x55 0.84-0.86 | 0.83-0.88, 32 ->
+# 32 at 40x40 0.81 | 0.74-0.79; but 32 -> 128 at 27x27 1.27-1.29 | 1.22-1.24, and from
+# inputs past L2 1.10-1.24 (16 -> 16 at 160x160, 1.6 MB) and 0.92-1.34 (32 -> 32 at 80x80,
+# 820 KB) at 1 thread. The line: the channels' harmonic mean 2 C OC / (C + OC) (16, 25.6,
+# 32 and 51.2 here) and the size of one image's padded input.
+F2_MAX_HARMONIC_CHANNELS_AVX2 = 32
+F2_MAX_INPUT_BYTES_AVX2 = 512 * 1024
+
+
+def _f2_for_few_channels(node, spec) -> bool:
+    x, c, oc = node.inputs[0], node.inputs[1].shape[1], node.outputs[0].shape[1]
+    return (spec.vector_bits == 256 and x.nbytes // x.shape[0] <= F2_MAX_INPUT_BYTES_AVX2
+            and 2 * c * oc <= F2_MAX_HARMONIC_CHANNELS_AVX2 * (c + oc))
 
 
 # Zen 4 (32 registers, one 512-bit FMA a cycle): where winograd_tile_size picks F(2x2) for

@@ -358,3 +358,18 @@ def test_the_in_place_gemm_of_a_small_plane_is_right(monkeypatch):
     monkeypatch.setitem(schedule.DEFAULTS, "Conv", lambda node, spec: sched)
     for got in run_both(model, feeds):
         assert_close(got, ort_run(model, feeds)["y"], str(sched))
+
+
+def test_avx2_takes_f2x2_for_few_channels_over_an_input_in_l2():
+    """F(2x2) over F(4x4) on AVX2 where the channels' harmonic mean is at most 32 and one
+    image's input fits L2 (YOLOv8n-320's 16 -> 16 at 80x80, 32 -> 32 at 40x40, SqueezeNet's
+    16 -> 64 at 55x55); not for more channels, bigger planes or AVX-512."""
+    avx2 = MachineSpec("x86_64-unknown-linux-gnu", "znver3", AVX2)
+    avx512 = MachineSpec("x86_64-unknown-linux-gnu", "znver4", AVX512)
+    for c, oc, hw in ((16, 16, 80), (32, 32, 40), (16, 64, 55)):
+        node = conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=3))
+        assert default_conv_schedule(node, avx2).winograd == 2, (c, oc, hw)
+        assert default_conv_schedule(node, avx512).winograd == 4, (c, oc, hw)
+    for c, oc, hw in ((32, 128, 27), (64, 64, 28), (16, 16, 160), (32, 32, 80)):
+        node = conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=3))
+        assert default_conv_schedule(node, avx2).winograd == 4, (c, oc, hw)
