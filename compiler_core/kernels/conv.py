@@ -585,15 +585,16 @@ def _default_winograd(node, spec, lanes: int) -> int:
     return min(2, winograd_tile_size(node, lanes)) if amd else 0
 
 
-# On AVX2, with few channels and an input plane that fits L2, F(2x2) beats F(4x4): its
-# transforms, whose work grows with C + OC where the GEMMs' grows with C x OC, are lighter
-# per output, and its 4x4 patches read each input 4 times (F(4x4)'s 6x6 ones 2.25), which
-# costs little from L2. znver3, in the model, F(4x4) -> F(2x2), 1 | 2 threads: 16 -> 16
-# channels at 80x80 (410 KB) 0.77 | 0.76, 16 -> 64 at 55x55 0.84-0.86 | 0.83-0.88, 32 ->
-# 32 at 40x40 0.81 | 0.74-0.79; but 32 -> 128 at 27x27 1.27-1.29 | 1.22-1.24, and from
-# inputs past L2 1.10-1.24 (16 -> 16 at 160x160, 1.6 MB) and 0.92-1.34 (32 -> 32 at 80x80,
-# 820 KB) at 1 thread. The line: the channels' harmonic mean 2 C OC / (C + OC) (16, 25.6,
-# 32 and 51.2 here) and the size of one image's padded input.
+# On AVX2, with few channels and an input plane that fits L2, F(2x2) beats F(4x4). Our
+# reading (not measured apart): its transforms, whose work grows with C + OC where the
+# GEMMs' grows with C x OC, are lighter per output; its 4x4 patches read each input 4 times
+# (F(4x4)'s 6x6 ones 2.25), which costs little from L2 and more past it. znver3, in the
+# model, F(4x4) -> F(2x2), 1 | 2 threads: 16 -> 16 channels at 80x80 (410 KB) 0.77 | 0.76,
+# 16 -> 64 at 55x55 0.84-0.86 | 0.83-0.88, 32 -> 32 at 40x40 0.81 | 0.74-0.79; but 32 -> 128
+# at 27x27 1.27-1.29 | 1.22-1.24, and from inputs past L2 1.10-1.24 (16 -> 16 at 160x160,
+# 1.6 MB) and 0.92-1.34 (32 -> 32 at 80x80, 820 KB) at 1 thread. The line: the channels'
+# harmonic mean 2 C OC / (C + OC) (16, 25.6, 32 and 51.2 here) and the size of one image's
+# padded input.
 F2_MAX_HARMONIC_CHANNELS_AVX2 = 32
 F2_MAX_INPUT_BYTES_AVX2 = 512 * 1024
 
