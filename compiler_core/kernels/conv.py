@@ -26,6 +26,7 @@ import numpy as np
 from ..ir.loops import (INDEX, Get, as_expr, logical_and, maximum, minimum, row_major_strides,
                         select)
 from .elementwise import loop_kind
+from .fma_ports import amd_two_wide_fma_ports, intel_two_fma_ports, two_wide_fma_ports
 from .epilogue import apply_activation, is_heavy
 from .matmul import (MAX_MR, SMALL_N, GemmShape, GemmTiles, Operand, Output, default_tiles,
                      emit_gemm, even_chunk_size, l2_columns)
@@ -223,24 +224,6 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
     return sched
 
 
-def _two_wide_fma_ports(spec) -> bool:
-    """Intel's AVX-512 cores and Zen 5 issue two 512-bit FMAs a cycle; Zen 4 one (it splits
-    each into 256-bit halves). Zen 5, 1 thread, whole models with the rules this decides
-    (new/old): SqueezeNet 0.969, YOLOv8n-320 0.975 (0.993 of it the Winograd rule),
-    Inception v2 0.977, DenseNet-121 0.984, ResNet-50 0.988; 2 threads SqueezeNet 0.975,
-    YOLOv8n-320 0.974."""
-    return spec.vector_bits >= 512 and spec.cpu != "znver4"
-
-
-def _amd_two_wide_fma_ports(spec) -> bool:
-    """Zen 5 (and later AMD cores): some defaults measured there differ from Intel's."""
-    return _two_wide_fma_ports(spec) and spec.cpu.startswith("znver")
-
-
-def _intel_two_fma_ports(spec) -> bool:
-    return _two_wide_fma_ports(spec) and not _amd_two_wide_fma_ports(spec)
-
-
 def _wide_tiles(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
     """More accumulators on cores that issue two 512-bit FMAs a cycle (Zen 4 one): tiles
     of 6 rows by 3 vectors (18 accumulators, half a load per FMA instead of two thirds) on
@@ -251,7 +234,7 @@ def _wide_tiles(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
     default: 256 -> 1024 channels at 14x14 960 -> 889 us, 512 -> 1000 at 13x13 1300 ->
     1163 (both also with other blockings). Zen 4 keeps the 6 x 2 measured there."""
     lanes = spec.vector_bits // 32
-    if not _two_wide_fma_ports(spec) or tiles.mr < MAX_MR or tiles.nr != 2 * lanes:
+    if not two_wide_fma_ports(spec) or tiles.mr < MAX_MR or tiles.nr != 2 * lanes:
         return tiles
     if shape.N >= 16 * 3 * lanes:
         return dataclasses.replace(tiles, nr=3 * lanes, nc=l2_columns(tiles.kc, 3 * lanes))
@@ -286,7 +269,7 @@ CHANNEL_VECTORS_MAX_REREAD_BYTES = 8 << 20
 
 def _channel_vectors_pay(node, shape: GemmShape, lanes: int, spec) -> bool:
     min_k = CHANNEL_VECTORS_MIN_K
-    if _intel_two_fma_ports(spec) and math.prod(node.attrs["kernel_shape"]) == 1:
+    if intel_two_fma_ports(spec) and math.prod(node.attrs["kernel_shape"]) == 1:
         min_k = CHANNEL_VECTORS_MIN_K_INTEL_1X1
     if not (node.inputs[1].is_const and shape.M >= 2 * lanes and shape.K >= min_k):
         return False
@@ -312,7 +295,7 @@ def _channel_vectors_pay(node, shape: GemmShape, lanes: int, spec) -> bool:
 # v2's 96 and 160 channel convs, in one-vector panels, 0.997 | 0.996: left out).
 def _zen5_strided_3x3(node, lanes: int, spec) -> bool:
     a = node.attrs
-    return (_amd_two_wide_fma_ports(spec) and list(a["kernel_shape"]) == [3, 3]
+    return (amd_two_wide_fma_ports(spec) and list(a["kernel_shape"]) == [3, 3]
             and max(a["strides"]) == 2 and node.inputs[1].shape[1] >= 64
             and node.outputs[0].shape[1] % (4 * lanes) == 0)
 
@@ -485,8 +468,8 @@ def _default_packing(sched: ConvSchedule, node, shape: GemmShape, pieces: int,
     and on AVX-512 where the input is several times L2."""
     sched = with_packing(sched, shape, pieces)
     planes = node.inputs[0].shape[1] // node.attrs["group"]
-    few_planes = _two_wide_fma_ports(spec) and planes < PACK_MIN_PLANES_TWO_WIDE_PORTS
-    small_in_l1 = (_intel_two_fma_ports(spec) and shape.N <= INTEL_IN_PLACE_MAX_COLUMNS
+    few_planes = two_wide_fma_ports(spec) and planes < PACK_MIN_PLANES_TWO_WIDE_PORTS
+    small_in_l1 = (intel_two_fma_ports(spec) and shape.N <= INTEL_IN_PLACE_MAX_COLUMNS
                    and node.inputs[0].nbytes // pieces <= INTEL_IN_PLACE_MAX_INPUT_BYTES)
     if sched.pack and (few_planes or small_in_l1):
         sched = dataclasses.replace(sched, pack=False)
@@ -572,13 +555,13 @@ def _default_winograd(node, spec, lanes: int) -> int:
     """The default's Winograd tile size m of F(m x m, 3x3), 0 for the direct conv."""
     if not winograd_eligible(node):
         return 0
-    if not _two_wide_fma_ports(spec):
+    if not two_wide_fma_ports(spec):
         m = winograd_tile_size(node, lanes)
         return 2 if m == 4 and _f2_for_few_channels(node, spec) else m
     channels = node.inputs[1].shape[1], node.outputs[0].shape[1]
     if min(channels) < WINOGRAD_MIN_CHANNELS_TWO_FMA:
         return 0
-    amd = _amd_two_wide_fma_ports(spec)
+    amd = amd_two_wide_fma_ports(spec)
     if max(channels) >= 2 * WINOGRAD_MIN_CHANNELS_TWO_FMA:
         one_vector = not amd and min(channels) >= F4_ONE_VECTOR_MIN_CHANNELS
         return winograd_tile_size(node, lanes, WINOGRAD_MIN_TILES if one_vector else None)

@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 import compiler_core as cc
-from compiler_core.codegen.target_machine import host_spec
+from compiler_core.codegen.target_machine import MachineSpec, host_spec
 from compiler_core.ir import Graph, Node, Value
 from compiler_core.kernels.packed_gemm import default_gemm_schedule, gemm_space, pack_panels
 from compiler_core.passes.dense_weights import use_packed_gemm
@@ -93,6 +93,33 @@ def _run_with_schedule(node, sched, a):
     y = np.zeros(node.outputs[0].shape, np.float32)
     lib(0, a, panels, y)
     return y
+
+
+AVX2 = "+avx,+avx2,+fma,+f16c"
+AVX512 = AVX2 + ",+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl"
+
+
+@pytest.mark.parametrize("cpu,rows", [("sapphirerapids", 12), ("emeraldrapids", 12),
+                                      ("rocketlake", 12), ("znver4", 8), ("znver5", 8),
+                                      ("znver3", 6)])
+def test_intel_two_fma_cores_take_tiles_of_twelve_rows_two_vectors_wide(cpu, rows):
+    spec = MachineSpec("x86_64-unknown-linux-gnu", cpu, AVX2 if cpu == "znver3" else AVX512)
+    ffn = default_gemm_schedule(_node(384, 64, 1536), spec)
+    assert (ffn.mr, ffn.nr) == (rows, 2)
+    assert ffn.mc % ffn.mr == 0
+    narrow = default_gemm_schedule(_node(384, 64, spec.vector_bits // 32), spec)
+    assert (narrow.mr, narrow.nr) == (6 if cpu == "znver3" else 8, 1)
+
+
+@pytest.mark.parametrize("m", [12, 23, 130])
+def test_twelve_row_tiles_are_right_on_every_edge(m):
+    node = _node(m, 70, 45)
+    lanes = host_spec().vector_bits // 32
+    sched = dataclasses.replace(default_gemm_schedule(node, host_spec()), mr=12, nr=2,
+                                mc=60, nc=-(-45 // (2 * lanes)))
+    a = rand(m, 70)
+    np.testing.assert_allclose(_run_with_schedule(node, sched, a), a @ node.inputs[1].const,
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_panels_hold_columns_in_tile_order():
