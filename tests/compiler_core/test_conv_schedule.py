@@ -182,6 +182,19 @@ def test_two_fma_avx512_cores_get_more_accumulators_than_zen4(cpu):
 
 
 @pytest.mark.parametrize("cpu", TWO_FMA_CPUS)
+def test_intel_two_fma_cores_take_eight_row_tiles_where_six_leave_them_ragged(cpu):
+    """16 and 32 output channels in tiles of 6 rows compute 18 and 36 rows (YOLOv8n's 1x1
+    and stride-2 convs): Intel's two-FMA cores take 8 rows there; 64 channels (66 rows)
+    and 20 (not a multiple of 8) keep 6 rows by 3 vectors, and Zen 5 keeps them all."""
+    intel = not cpu.startswith("znver")
+    for oc, k, stride in ((16, 1, 1), (32, 1, 1), (32, 3, 2), (64, 1, 1), (20, 1, 1)):
+        node = conv_node(conv_model(n=1, c=48, oc=oc, hw=160, k=k, stride=stride))
+        tiles = default_conv_schedule(node, _avx512(cpu)).tiles
+        ragged = intel and oc in (16, 32)
+        assert (tiles.mr, tiles.nr) == ((8, 32) if ragged else (6, 48)), (oc, k, tiles)
+
+
+@pytest.mark.parametrize("cpu", TWO_FMA_CPUS)
 def test_two_fma_avx512_cores_take_winograd_from_more_channels(cpu):
     two_fma = _avx512(cpu)
     few_channels = conv_node(conv_model(n=1, c=16, oc=64, hw=56, k=3))
