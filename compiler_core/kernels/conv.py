@@ -20,14 +20,15 @@ import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
 from ..ir.loops import (INDEX, Get, as_expr, logical_and, maximum, minimum, row_major_strides,
                         select)
 from .elementwise import loop_kind
-from .fma_ports import amd_two_wide_fma_ports, intel_two_fma_ports, two_wide_fma_ports
 from .epilogue import apply_activation, is_heavy
+from .fma_ports import amd_two_wide_fma_ports, intel_two_fma_ports, two_wide_fma_ports
 from .matmul import (MAX_MR, SMALL_N, GemmShape, GemmTiles, Operand, Output, default_tiles,
                      emit_gemm, even_chunk_size, l2_columns)
 from .conv_skinny import (MAX_VECTORS, SKINNY_COLUMNS, emit_skinny_gemm, output_rows, plane_rows,
@@ -245,19 +246,20 @@ def _wide_tiles(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
     return tiles
 
 
-# On Intel's two-FMA cores, output channels that are a multiple of 8 and leave tiles of 6
-# rows ragged by a twentieth or more (16, 32, 40, 56, 80 channels: 16 and 32 compute 12.5 %
-# of their rows for nothing, in a last tile of 4 or 2 of 6 rows) take tiles of 8 rows by 2
-# vectors. Xeon (LLVM: rocketlake, a Sapphire
-# Rapids-class cloud core), whole models new/old, interleaved, 1 | 2 threads: YOLOv8n-320
-# (13 convs of 16 and 32 channels) 0.986 | 0.986, YOLOv8n-640 0.982 | 0.993, MobileNetV3
-# 0.981 | 0.975, SqueezeNet (its two 16-channel squeezes) 0.999 | 1.009.
-RAGGED_ROWS_MIN_WASTE = 20  # rows over rows computed for nothing: a twentieth
+# On Intel's two-FMA cores, output channels that are a multiple of 8 and that tiles of 6
+# rows leave ragged by a twentieth or more (8, 16, 32, 40, 56, 80 channels; 16 and 32 compute
+# 12.5 % of their rows for nothing, in a last tile of 4 or 2 of 6 rows) take tiles of 8
+# rows by 2 vectors. Found by tuning YOLOv8n-320: its 16 -> 32 3x3 stride-2 conv at 80x80
+# 826 -> 729 us alone. Xeon (LLVM: rocketlake, a Sapphire Rapids-class cloud core), whole
+# models new/old, interleaved, 1 | 2 threads: YOLOv8n-320 (13 convs) 0.986 | 0.986,
+# YOLOv8n-640 0.982 | 0.993, MobileNetV3 0.981 | 0.975, SqueezeNet (its two 16-channel
+# squeezes) 0.999 | 1.009, Inception v1 1.000 | 0.994.
+RAGGED_ROWS_MIN_WASTE = Fraction(1, 20)
 
 
 def _eight_rows_fit_better(rows: int, mr: int) -> bool:
     wasted = -(-rows // mr) * mr - rows
-    return rows % 8 == 0 and wasted * RAGGED_ROWS_MIN_WASTE >= rows
+    return rows % 8 == 0 and wasted >= RAGGED_ROWS_MIN_WASTE * rows
 
 
 # Output positions over vector lanes fill fewer of them than this (a 7x7 plane: 49 of 64
