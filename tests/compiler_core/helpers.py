@@ -12,6 +12,12 @@ from onnx import helper
 import compiler_core as cc
 
 
+# LLVM feature strings of x86 cores with 256-bit and 512-bit vectors: MachineSpec(triple,
+# cpu, AVX512) for a test of a default that differs by CPU
+AVX2 = "+avx,+avx2,+fma,+f16c"
+AVX512 = AVX2 + ",+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl"
+
+
 def make_model(nodes, inputs, outputs, initializers=(), opset=17) -> onnx.ModelProto:
     """inputs/outputs: (name, np dtype, shape) triples; shape None leaves it to inference."""
     def info(name, dtype, shape):

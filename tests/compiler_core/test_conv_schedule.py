@@ -16,7 +16,7 @@ from compiler_core.kernels.conv import (ConvSchedule, conv_gemm_shape, conv_spac
 from compiler_core.kernels.matmul import GemmShape, GemmTiles
 from compiler_core.passes.pipeline import run_pipeline
 
-from .helpers import make_model, ort_run, rand
+from .helpers import AVX2, AVX512, make_model, ort_run, rand
 
 F = np.float32
 
@@ -156,10 +156,6 @@ def test_channel_panels_split_evenly_over_two_threads(isa, c, oc, hw, k):
     items = [min(size, panels - i * size) for i in range(-(-panels // size))]
     run = -(-len(items) // 2)
     assert max(sum(items[:run]), sum(items[run:])) <= 0.55 * panels, sched
-
-
-AVX2 = "+avx,+avx2,+fma,+f16c"
-AVX512 = AVX2 + ",+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl"
 
 
 def _avx512(cpu: str) -> MachineSpec:

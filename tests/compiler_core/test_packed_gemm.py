@@ -12,7 +12,7 @@ from compiler_core.ir import Graph, Node, Value
 from compiler_core.kernels.packed_gemm import default_gemm_schedule, gemm_space, pack_panels
 from compiler_core.passes.dense_weights import use_packed_gemm
 
-from .helpers import assert_matches, make_model, rand
+from .helpers import AVX2, AVX512, assert_matches, make_model, rand
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 64, 10), (5, 7, 3), (13, 33, 50), (64, 300, 130),
@@ -93,10 +93,6 @@ def _run_with_schedule(node, sched, a):
     y = np.zeros(node.outputs[0].shape, np.float32)
     lib(0, a, panels, y)
     return y
-
-
-AVX2 = "+avx,+avx2,+fma,+f16c"
-AVX512 = AVX2 + ",+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl"
 
 
 @pytest.mark.parametrize("cpu,rows", [("sapphirerapids", 12), ("emeraldrapids", 12),
