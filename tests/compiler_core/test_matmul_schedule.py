@@ -46,6 +46,19 @@ def test_the_default_is_the_kernels_own_tiles(spec):
         assert default_matmul_tiles(node, spec) == default_tiles(GemmShape(40, n, 50), lanes)
 
 
+def test_a_product_of_one_column_tile_takes_k_in_chunks_whose_slice_of_b_stays_in_l1():
+    """An attention's P V (a head 32 wide, k 384): on AVX-512 one tile of 2 vectors, whose
+    48 KB slice of B over all of k every row block would read from L2, so k goes in 2
+    chunks of 192 (24 KB); AVX2's tile of 16 columns keeps all of k (24 KB). A product
+    wider than one tile keeps the kernel's tiles."""
+    p_v = _matmul_node(_product((1, 12, 384, 384), (1, 12, 384, 32)))
+    wide = _matmul_node(_product((1, 12, 384, 384), (1, 12, 384, 64)))
+    assert default_matmul_tiles(p_v, AVX512) == GemmTiles(6, 32, 192, 512)
+    assert default_matmul_tiles(p_v, AVX2) == default_tiles(GemmShape(384, 32, 384), 8)
+    assert default_matmul_tiles(wide, AVX512) == default_tiles(GemmShape(384, 64, 384), 16)
+    assert default_matmul_tiles(p_v, AVX512) in matmul_space(p_v, AVX512)
+
+
 def test_products_off_the_float32_tiles_keep_the_kernel_defaults():
     integers = _matmul_node(_product((9, 20), (20, 24), np.int32))
     few_columns = _matmul_node(_product((9, 20), (20, 3)))
