@@ -237,11 +237,10 @@ def _wide_tiles(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
     lanes = spec.vector_bits // 32
     if not two_wide_fma_ports(spec) or tiles.mr < MAX_MR or tiles.nr != 2 * lanes:
         return tiles
-    if intel_two_fma_ports(spec) and _eight_rows_fit_better(shape.M, tiles.mr):
-        return dataclasses.replace(tiles, mr=8)
-    if shape.N >= 16 * 3 * lanes:
+    ragged = intel_two_fma_ports(spec) and _eight_rows_fit_better(shape.M, tiles.mr)
+    if shape.N >= 16 * 3 * lanes and not ragged:
         return dataclasses.replace(tiles, nr=3 * lanes, nc=l2_columns(tiles.kc, 3 * lanes))
-    if shape.M >= 8:
+    if shape.M >= 8:  # a ragged count of rows is a multiple of 8
         return dataclasses.replace(tiles, mr=8)
     return tiles
 
