@@ -198,3 +198,23 @@ def test_soft_time_limit_fails_the_job_with_the_limit(submit, monkeypatch):
     monkeypatch.setattr(pipeline, "compile_stage", too_slow)
     job = run(submit())
     assert_failed(job, "time limit", "optimize")
+
+
+def test_a_bucket_someone_made_meanwhile_is_ours(monkeypatch):
+    """HeadBucket 404, then CreateBucket BucketAlreadyOwnedByYou (SeaweedFS on a loaded
+    host): the bucket is there and ours, so ensure_bucket succeeds."""
+    from botocore.stub import Stubber
+    from django.conf import settings
+
+    from webapp.jobs import storage
+    fresh = storage._client(settings.S3_ENDPOINT_URL)
+    monkeypatch.setattr(storage, "client", lambda: fresh)
+    with Stubber(fresh) as stub:
+        stub.add_client_error("head_bucket", "404", http_status_code=404)
+        stub.add_client_error("create_bucket", "BucketAlreadyOwnedByYou", http_status_code=409)
+        storage.ensure_bucket()
+        stub.assert_no_pending_responses()
+        stub.add_client_error("head_bucket", "404", http_status_code=404)
+        stub.add_client_error("create_bucket", "AccessDenied", http_status_code=403)
+        with pytest.raises(storage.StorageError, match="AccessDenied"):
+            storage.ensure_bucket()
