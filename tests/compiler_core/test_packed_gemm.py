@@ -125,3 +125,26 @@ def test_panels_hold_columns_in_tile_order():
     p = pack_panels(w, sched)
     assert p.shape == (2, 3, 2)
     np.testing.assert_array_equal(p[1, :, :], w[:, 2:4])
+
+
+def test_avx2_long_reductions_of_many_rows_take_whole_k_and_a_panel_an_item():
+    avx2 = MachineSpec("x86_64-unknown-linux-gnu", "znver3", AVX2)
+    ffn_out = default_gemm_schedule(_node(384, 1536, 384), avx2)
+    assert (ffn_out.kc, ffn_out.mc, ffn_out.nc, ffn_out.rows_outer) == (1536, 384, 1, False)
+    one_panel = default_gemm_schedule(_node(384, 1536, 16), avx2)  # rows split for threads
+    assert (one_panel.kc, one_panel.mc, one_panel.nc) == (1536, 96, 1)
+    for old in (default_gemm_schedule(_node(384, 384, 1536), avx2),  # A's slice fits L1
+                default_gemm_schedule(_node(128, 1536, 384), avx2),  # few rows
+                default_gemm_schedule(_node(384, 1536, 384),
+                                      MachineSpec(avx2.triple, "znver4", AVX512))):
+        assert old.kc == 384 and old.mc <= 96 and not old.rows_outer
+
+
+@pytest.mark.parametrize("m,n,nc", [(301, 100, 3), (40, 100, 7), (13, 16, 1)])
+def test_row_tiles_outside_the_panels_are_right_on_every_edge(m, n, nc):
+    node = _node(m, 40, n)
+    sched = dataclasses.replace(default_gemm_schedule(node, host_spec()), nr=2, mc=24, nc=nc,
+                                rows_outer=True)
+    a = rand(m, 40)
+    np.testing.assert_allclose(_run_with_schedule(node, sched, a), a @ node.inputs[1].const,
+                               rtol=1e-4, atol=1e-4)
