@@ -143,7 +143,8 @@ def gemm_space(node, spec) -> list[GemmSchedule]:
                     mc = mr * max(1, min(-(-M // mr), rows))
                     for nc in sorted({panels, max(1, panels // 2), max(1, panels // 4)}):
                         out.append(GemmSchedule(mr, nr, lanes, kc, mc, nc))
-                        if nc > 1:
+                        # tall items of several panels: each tile's A slice stays in L1
+                        if rows == 16 and nc > 1 and mr * kc * 4 <= L1_BYTES // 2:
                             out.append(GemmSchedule(mr, nr, lanes, kc, mc, nc, True))
     return out
 
