@@ -113,7 +113,12 @@ TALL_MIN_ITEMS = 4  # work items for the threads: rows split where there are few
 
 def _long_reduction_of_many_rows(spec, M: int, K: int, mr: int) -> bool:
     return (spec.vector_bits == 256 and M >= TALL_ROWS and K <= TALL_WHOLE_K
-            and mr * K * 4 > L1_BYTES // 2)
+            and not _a_slice_fits_l1(mr, K))
+
+
+def _a_slice_fits_l1(mr: int, kc: int) -> bool:
+    """Whether a tile's mr x kc slice of A (float32) fits half of L1, beside B's stream."""
+    return mr * kc * 4 <= L1_BYTES // 2
 
 
 def _panel_per_item(M, N, K, mr, nr, lanes) -> GemmSchedule:
@@ -144,7 +149,7 @@ def gemm_space(node, spec) -> list[GemmSchedule]:
                     for nc in sorted({panels, max(1, panels // 2), max(1, panels // 4)}):
                         out.append(GemmSchedule(mr, nr, lanes, kc, mc, nc))
                         # tall items of several panels: each tile's A slice stays in L1
-                        if rows == 16 and nc > 1 and mr * kc * 4 <= L1_BYTES // 2:
+                        if rows == 16 and nc > 1 and _a_slice_fits_l1(mr, kc):
                             out.append(GemmSchedule(mr, nr, lanes, kc, mc, nc, True))
     return out
 
