@@ -26,12 +26,16 @@ $(STAMP): requirements.txt
 lint: setup
 	$(PY) -m ruff check .
 
+# test processes (pytest-xdist), each given whole files and its own service stack
+TEST_JOBS ?= 2
+PARALLEL := -n $(TEST_JOBS) --dist loadfile
+
 test: setup chromium
-	$(PY) -m pytest
+	$(PY) -m pytest $(PARALLEL)
 
 # the service tests only (API, pipeline end to end, failure paths, console, browser)
 test-service: setup chromium
-	$(PY) -m pytest tests/service
+	$(PY) -m pytest $(PARALLEL) tests/service
 
 # a long schemathesis run against the live API (make test runs a short one)
 fuzz: setup

@@ -1,7 +1,8 @@
 """What the sandboxed child does to itself before it reads anything a user sent.
 
 Order matters: resource limits first (a fork bomb or a disk filler meets them at once), then
-dropping root (when the worker runs as root; the kernel ignores RLIMIT_NPROC for root), then
+dropping root (when the worker runs as root; the kernel ignores RLIMIT_NPROC for root) to the
+user the runner chose for this child alone (sandbox/runner.child_uid), then
 the parent-death signal (a change of user clears it, so it comes after), and last the seccomp
 filter, which also forbids the set-up calls above.
 """
@@ -65,12 +66,14 @@ def _limit(which: int, value: int) -> None:
 
 
 def drop_root() -> None:
-    """Become `nobody` when started as root and the interpreter stays readable for it."""
+    """Become the runner's user for this child ($TF_SANDBOX_UID, else `nobody`) when started
+    as root and the interpreter stays readable for others."""
     if os.geteuid() != 0 or not _readable_by_others(Path(sys.base_prefix)):
         return
+    uid = int(os.environ.get("TF_SANDBOX_UID", NOBODY))
     os.setgroups([])
-    os.setresgid(NOBODY, NOBODY, NOBODY)
-    os.setresuid(NOBODY, NOBODY, NOBODY)
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
 
 
 def _readable_by_others(path: Path) -> bool:

@@ -6,8 +6,8 @@ system paths Python and the linker need, and the job's work directory as the onl
 place. The repository is not bound whole: only the Python packages the child imports, so
 files beside them (var/ with the database and keys, .env files) stay out of reach.
 
-Run as root, bwrap creates the namespaces directly and the child then drops to `nobody`
-(confine.drop_root); run as another user, bwrap also creates a user namespace.
+Run as root, bwrap creates the namespaces directly and the child then drops to a user of its
+own (confine.drop_root); run as another user, bwrap also creates a user namespace.
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def _ro_binds(paths) -> list[str]:
 
 def _open_parents(path: str) -> list[str]:
     """bwrap copies the modes of a bind's parents (/root is 0700): make them passable, so
-    the child can still reach the interpreter once it is `nobody`."""
+    the child can still reach the interpreter once it is no longer root."""
     args = []
     for parent in reversed(Path(path).parents[:-1]):
         args += ["--perms", "0755", "--dir", str(parent)]

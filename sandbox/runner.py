@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import secrets
 import signal
 import subprocess
 import sys
@@ -27,6 +28,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Variables the child may see besides the ones the caller passes: nothing that holds a secret.
 PASSED_THROUGH = ("TENSORFORGE_MAX_MODEL_BYTES", "TENSORFORGE_MAX_TENSOR_BYTES",
                   "TENSORFORGE_MAX_ARENA_BYTES", "CC", "LANG", "TZ")
+# A root worker's children each run as a user of their own, drawn from ids no account has:
+# RLIMIT_NPROC counts all processes of a user, so children sharing `nobody` would share it,
+# and one fork bomb at its limit would leave every other job's child unable to start a
+# thread. Two children drawing the same id (1 in 65536) only share that count again.
+CHILD_UIDS = range(2**30, 2**30 + 2**16)
 
 
 class SandboxError(RuntimeError):
@@ -80,23 +86,30 @@ def _parent_env() -> dict:
     return {} if namespaces.availability()[0] else {"TF_SANDBOX_PARENT": str(os.getpid())}
 
 
-def _hand_over(workdir: Path) -> None:
-    """A root worker's child runs as nobody: give it the work directory."""
-    if os.geteuid() != 0:
-        return
+def child_uid() -> int | None:
+    """The user a root worker's next child becomes (sandbox/confine.drop_root)."""
+    return CHILD_UIDS[secrets.randbelow(len(CHILD_UIDS))] if os.geteuid() == 0 else None
+
+
+def _hand_over(workdir: Path, uid: int | None) -> dict:
+    """Give the child its work directory; the variables that tell it who it is."""
+    if uid is None:
+        return {}
     for path in [workdir, *workdir.rglob("*")]:
-        os.chown(path, 65534, 65534, follow_symlinks=False)
+        os.chown(path, uid, uid, follow_symlinks=False)
+    return {"TF_SANDBOX_UID": str(uid)}
 
 
 def _start(spec: ChildSpec, result_path: Path, log_path: Path) -> subprocess.Popen:
     args_path = spec.workdir / f"{spec.kind}-args.json"
     args_path.write_text(json.dumps(spec.args))
     (spec.workdir / "tmp").mkdir(exist_ok=True)
-    _hand_over(spec.workdir)
+    identity = _hand_over(spec.workdir, child_uid())
     cmd = child_command(spec, result_path, args_path)
     with open(log_path, "wb") as log_file:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, cwd=spec.workdir,
-                                env={**child_env(spec), **_parent_env()}, start_new_session=True,
+                                env={**child_env(spec), **_parent_env(), **identity},
+                                start_new_session=True,
                                 stdin=subprocess.DEVNULL, close_fds=True,
                                 pass_fds=spec.pass_fds)
 

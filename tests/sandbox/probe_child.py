@@ -62,6 +62,19 @@ def fork_bomb(args: dict) -> None:
             time.sleep(0.01)
 
 
+def start_threads(args: dict) -> dict:
+    """Start threads as a compile does (ORT, OpenMP, BLAS); say who this child runs as."""
+    import threading
+    started = []
+    for _ in range(args["threads"]):
+        t = threading.Thread(target=time.sleep, args=(0.2,))
+        t.start()
+        started.append(t)
+    for t in started:
+        t.join()
+    return {"threads": len(started), "uid": os.getuid()}
+
+
 def fill_file(args: dict) -> None:
     with open("filler.bin", "wb") as f:
         while True:
@@ -85,7 +98,8 @@ def priority(args: dict) -> int:
 
 
 ENTRIES = {"env": environment, "priority": priority, "socket": open_socket, "exec": run_program, "write": write_files,
-           "read": read_file, "fork_bomb": fork_bomb, "fill_file": fill_file,
+           "read": read_file, "fork_bomb": fork_bomb, "threads": start_threads,
+           "fill_file": fill_file,
            "fill_directory": fill_directory, "sleep": sleep_forever}
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -109,6 +110,29 @@ def test_fork_bomb_is_stopped(tmp_path):
     assert err.value.kind == "timeout"
     assert time.monotonic() - started < 30
     wait_gone(str(work))
+
+
+@needs_namespaces
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root worker gives children users")
+def test_a_fork_bomb_leaves_other_childrens_process_limit_alone(tmp_path):
+    """Each child has a user of its own, so a fork bomb at its limit of 64 processes does
+    not stop another child, under the same limit, from starting its threads."""
+    bomb_work = tmp_path / "bomb"
+    bomb = threading.Thread(target=lambda: pytest.raises(
+        SandboxError, probe, bomb_work, "fork_bomb", timeout=8, processes=64, cpu_seconds=20))
+    bomb.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(leftovers(str(bomb_work))) < 32:  # the bomb is at work
+            assert time.monotonic() < deadline and bomb.is_alive(), "the bomb never started"
+            time.sleep(0.1)
+        first = probe(tmp_path / "first", "threads", {"threads": 16}, processes=64)
+        second = probe(tmp_path / "second", "threads", {"threads": 16}, processes=64)
+    finally:
+        bomb.join()
+    wait_gone(str(bomb_work))
+    assert first["threads"] == second["threads"] == 16
+    assert first["uid"] != second["uid"] and 0 not in (first["uid"], second["uid"])
 
 
 def test_disk_filler_is_stopped_by_the_file_size_limit(mode, tmp_path):
