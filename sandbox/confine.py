@@ -38,6 +38,9 @@ DENIED = [
     "setresuid", "setresgid", "setgroups", "personality",
 ]
 NO_EXEC = ["execve", "execveat"]
+# The runner kills the child's process group; without namespaces nothing else would reach a
+# process that left it. Helpers that exec (linker, measure children) start sessions of their own.
+NO_NEW_GROUP = ["setsid", "setpgid"]
 
 
 def apply(limits: Limits, allow_exec: bool = False) -> None:
@@ -101,7 +104,7 @@ def die_with_parent() -> None:
 
 def install_seccomp(allow_exec: bool = False) -> None:
     f = seccomp.SyscallFilter(seccomp.ALLOW)  # also kills calls from a foreign ABI (x32, i386)
-    for name in DENIED + ([] if allow_exec else NO_EXEC):
+    for name in DENIED + ([] if allow_exec else NO_EXEC + NO_NEW_GROUP):
         f.add_rule(seccomp.ERRNO(errno.EACCES if name in NO_EXEC else errno.EPERM), name)
     # clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone,
     # whose flags it can, and a new user namespace is refused there.

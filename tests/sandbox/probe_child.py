@@ -62,6 +62,23 @@ def fork_bomb(args: dict) -> None:
             time.sleep(0.01)
 
 
+def leave_process_group(args: dict) -> dict:
+    """What a forked process that wants to outlive its group's kill would try (the child
+    itself leads its session, which setsid refuses anyway)."""
+    outcomes = {}
+    for name, call in (("setsid", os.setsid), ("setpgid", lambda: os.setpgid(0, 0))):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                call()
+                os._exit(0)
+            except OSError as exc:
+                os._exit(exc.errno)
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        outcomes[name] = "left" if code == 0 else errno.errorcode.get(code, str(code))
+    return outcomes
+
+
 def start_threads(args: dict) -> dict:
     """Start threads as a compile does (ORT, OpenMP, BLAS); say who this child runs as."""
     import threading
@@ -99,6 +116,7 @@ def priority(args: dict) -> int:
 
 ENTRIES = {"env": environment, "priority": priority, "socket": open_socket, "exec": run_program, "write": write_files,
            "read": read_file, "fork_bomb": fork_bomb, "threads": start_threads,
+           "new_group": leave_process_group,
            "fill_file": fill_file,
            "fill_directory": fill_directory, "sleep": sleep_forever}
 

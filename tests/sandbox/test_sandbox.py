@@ -83,6 +83,10 @@ def test_no_program_can_be_started(mode, tmp_path):
     assert probe(tmp_path / "work", "exec") == "EACCES"
 
 
+def test_no_process_can_leave_the_group_the_runner_kills(mode, tmp_path):
+    assert probe(tmp_path / "work", "new_group") == {"setsid": "EPERM", "setpgid": "EPERM"}
+
+
 @needs_namespaces
 def test_only_the_work_directory_is_writable(tmp_path):
     work = tmp_path / "work"
