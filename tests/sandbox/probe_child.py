@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -81,7 +82,6 @@ def leave_process_group(args: dict) -> dict:
 
 def start_threads(args: dict) -> dict:
     """Start threads as a compile does (ORT, OpenMP, BLAS); say who this child runs as."""
-    import threading
     started = []
     for _ in range(args["threads"]):
         t = threading.Thread(target=time.sleep, args=(0.2,))
@@ -114,10 +114,9 @@ def priority(args: dict) -> int:
     return os.getpriority(os.PRIO_PROCESS, 0)
 
 
-ENTRIES = {"env": environment, "priority": priority, "socket": open_socket, "exec": run_program, "write": write_files,
-           "read": read_file, "fork_bomb": fork_bomb, "threads": start_threads,
-           "new_group": leave_process_group,
-           "fill_file": fill_file,
+ENTRIES = {"env": environment, "priority": priority, "socket": open_socket, "exec": run_program,
+           "write": write_files, "read": read_file, "fork_bomb": fork_bomb,
+           "threads": start_threads, "new_group": leave_process_group, "fill_file": fill_file,
            "fill_directory": fill_directory, "sleep": sleep_forever}
 
 if __name__ == "__main__":
