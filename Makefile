@@ -47,7 +47,7 @@ chromium:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
 		|| echo "warning: /usr/bin/chromium missing and cannot be installed; the browser test will be skipped"; }
 
-# Debian's aarch64 cross toolchain (gcc, binutils, libc, libgomp) and qemu's user-mode
+# Debian's aarch64 cross toolchain (gcc, binutils, libc) and qemu's user-mode
 # emulator: compiling for the Arm targets and checking them here; skipped when not root
 AARCH64_PACKAGES := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 cross-aarch64:

@@ -163,8 +163,8 @@ def readme_text(inputs, outputs, target: dict) -> str:
     return f"""Tensorforge compiled model
 ==========================
 
-Files: model.so (the model: C ABI, weights embedded, needs only libc and libm, plus GCC's
-libgomp.so.1 when it has parallel loops), model.h (entry points, tensor names, shapes and
+Files: model.so (the model: C ABI, weights embedded, needs only libc and libm; parallel
+loops run on its own thread pool), model.h (entry points, tensor names, shapes and
 dtypes), meta.json (details and checksums).
 
 Built for target {target["name"]!r}: {target["description"]}.

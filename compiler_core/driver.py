@@ -12,7 +12,7 @@ from .analysis.node_cost import graph_costs, node_cost
 from .artifact import Artifact, artifact_files
 from .codegen.link import emit_object, link_shared
 from .codegen.module_builder import Step, build_module
-from .codegen.parallel import uses_openmp
+from .codegen.parallel import uses_threads
 from .codegen.target_machine import MachineSpec
 from .errors import CompileError
 from .frontend.limits import check_arena
@@ -94,7 +94,7 @@ def build_model(graph: Graph, spec: MachineSpec, opt_level: int, link: Callable 
     obj = emit_object(str(module), spec, opt_level)
     with tempfile.TemporaryDirectory(prefix="tensorforge-") as tmp:
         so_path = Path(tmp) / "model.so"
-        link(obj, pack_weights(plan), Path(tmp) / "build", so_path, uses_openmp(module),
+        link(obj, pack_weights(plan), Path(tmp) / "build", so_path, uses_threads(module),
              spec.triple)
         return so_path.read_bytes(), steps, step_nodes, plan
 

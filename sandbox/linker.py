@@ -41,7 +41,7 @@ class LinkHelper:
         os.close(to_parent)
         return cls(pid, to_helper, from_helper)
 
-    def link(self, obj: bytes, weights: bytes, workdir: Path, out: Path, openmp: bool,
+    def link(self, obj: bytes, weights: bytes, workdir: Path, out: Path, threads: bool,
              triple: str | None = None) -> None:
         """The signature of compiler_core.codegen.link.link_shared, run by the helper."""
         from compiler_core.codegen.link import LinkError
@@ -49,7 +49,7 @@ class LinkHelper:
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "kernels.o").write_bytes(obj)
         (workdir / "weights.bin").write_bytes(weights)
-        _send(self.requests, {"workdir": str(workdir), "out": str(out), "openmp": openmp,
+        _send(self.requests, {"workdir": str(workdir), "out": str(out), "threads": threads,
                               "triple": triple})
         reply = _receive(self.replies)
         if reply is None or reply.get("error"):
@@ -107,7 +107,7 @@ def _serve(requests: int, replies: int) -> None:
         try:
             link_shared((workdir / "kernels.o").read_bytes(),
                         (workdir / "weights.bin").read_bytes(), workdir, Path(request["out"]),
-                        bool(request["openmp"]), request.get("triple"))
+                        bool(request["threads"]), request.get("triple"))
             _send(replies, {})
         except (LinkError, OSError) as exc:
             _send(replies, {"error": str(exc)})

@@ -2,13 +2,16 @@
 
 The linker follows the target triple: the host's C compiler driver for the host's
 architecture, the GNU cross driver `<arch>-linux-gnu-gcc` (Debian: gcc-<arch>-linux-gnu, which
-brings that architecture's binutils, libc and libgomp) for any other.
+brings that architecture's binutils and libc) for any other. A library with parallel loops
+gets the thread pool (thread_pool.c), compiled by the same driver.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import tempfile
+from functools import lru_cache
 from pathlib import Path
 
 import llvmlite.binding as llvm
@@ -49,7 +52,7 @@ DEBIAN_ARCH = {"aarch64": "arm64", "x86_64": "amd64"}
 
 
 def cross_packages(arch: str) -> list[str]:
-    """The Debian packages of the GNU cross toolchain for `arch` (gcc, binutils, libc, libgomp)."""
+    """The Debian packages of the GNU cross toolchain for `arch` (gcc, binutils, libc)."""
     return [f"gcc-{arch}-linux-gnu", f"libc6-dev-{DEBIAN_ARCH.get(arch, arch)}-cross"]
 
 
@@ -70,16 +73,38 @@ def emit_object(llvm_ir: str, spec: MachineSpec, opt_level: int) -> bytes:
     return tm.emit_object(mod)
 
 
-def link_shared(obj: bytes, weights: bytes, workdir: Path, out: Path, openmp: bool,
+POOL_SOURCE = Path(__file__).with_name("thread_pool.c")
+
+
+@lru_cache(maxsize=None)
+def pool_object(cc: str) -> bytes:
+    """thread_pool.c compiled by `cc`, once per process (a tuning run links hundreds of
+    candidate libraries)."""
+    with tempfile.TemporaryDirectory(prefix="tensorforge-pool-") as tmp:
+        obj = Path(tmp) / "thread_pool.o"
+        _run([cc, "-O2", "-fPIC", "-std=c11", "-Wall", "-Werror", "-c", str(POOL_SOURCE),
+              "-o", str(obj)], "compiling the thread pool")
+        return obj.read_bytes()
+
+
+def link_shared(obj: bytes, weights: bytes, workdir: Path, out: Path, threads: bool,
                 triple: str | None = None) -> None:
-    """Link for `triple` (default: this machine, as kernel libraries loaded here are)."""
+    """Link for `triple` (default: this machine, as kernel libraries loaded here are);
+    `threads`: the module has parallel loops (codegen/parallel.uses_threads)."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "kernels.o").write_bytes(obj)
     (workdir / "weights.bin").write_bytes(weights)
     (workdir / "weights.s").write_text(WEIGHTS_ASM.format(path=(workdir / "weights.bin").resolve()))
-    cmd = [find_cc(triple or host_spec().triple), "-shared", "-fPIC", "-o", str(out),
-           str(workdir / "kernels.o"), str(workdir / "weights.s"),
-           *(["-lgomp"] if openmp else []), "-lm", "-Wl,-z,noexecstack"]
+    cc = find_cc(triple or host_spec().triple)
+    objects = [str(workdir / "kernels.o"), str(workdir / "weights.s")]
+    if threads:
+        (workdir / "thread_pool.o").write_bytes(pool_object(cc))
+        objects.append(str(workdir / "thread_pool.o"))
+    _run([cc, "-shared", "-fPIC", "-o", str(out), *objects, *(["-pthread"] if threads else []),
+          "-lm", "-Wl,-z,noexecstack"], "linking")
+
+
+def _run(cmd: list[str], what: str) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise LinkError(f"linking failed: {proc.stderr.strip()[:2000]}")
+        raise LinkError(f"{what} failed: {proc.stderr.strip()[:2000]}")

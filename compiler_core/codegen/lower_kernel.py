@@ -49,7 +49,7 @@ def is_unsigned(dtype) -> bool:
 
 
 def declare(module: ir.Module, name: str, ret: ir.Type, args: list, *attributes: str) -> ir.Function:
-    """The module's function `name` (an intrinsic, libm, libgomp...), declared on first use."""
+    """The module's function `name` (an intrinsic, libm, the thread pool...), declared on first use."""
     fn = module.globals.get(name)
     if fn is None:
         fn = ir.Function(module, ir.FunctionType(ret, args), name=name)

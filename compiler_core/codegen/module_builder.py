@@ -6,7 +6,7 @@ Exported C ABI (see model.h):
     size_t tf_arena_size(void);
     int    tf_profile(inputs, outputs, arena, int64_t *ns);  // adds each kernel's time to ns[k]
     int    tf_num_kernels(void);
-    int    tf_set_num_threads(int n);                            // parallel loops (libgomp)
+    int    tf_set_num_threads(int n);                            // parallel loops (thread_pool.c)
 Both entry points run the graph with denormals as zero (codegen/denormals.py).
 Weights live in a separate object (`tf_weights`, hidden) assembled from raw bytes, so
 hundreds of megabytes of constants never pass through LLVM's textual IR.

@@ -1,17 +1,16 @@
-"""Parallel loops on libgomp's thread pool.
+"""Parallel loops on the model library's own thread pool (codegen/thread_pool.c).
 
 A top-level `For(kind="parallel")` of a kernel is outlined into a range function
 `name.rangeN(params..., lo, hi)` (noalias params, so it vectorises like any kernel). With
 one thread the kernel calls it once over the whole range, so threads=1 pays nothing; with
-more, GOMP_parallel runs a trampoline on every thread that takes an even chunk (with
-denormals as zero, as the entry point runs: codegen/denormals.py).
+more, tf_parallel_for runs a trampoline over chunks of the range on the pool's threads
+(which keep denormals as zero, as the entry point does: codegen/denormals.py).
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
 from ..ir import loops as L
-from .denormals import denormals_as_zero
 from .lower_kernel import I32, I64, PTR, KernelLowering, RawIndex, declare
 
 THREADS = "tf_num_threads"
@@ -26,8 +25,12 @@ def threads_global(module: ir.Module) -> ir.GlobalVariable:
     return g
 
 
-def uses_openmp(module: ir.Module) -> bool:
-    return "GOMP_parallel" in module.globals
+POOL_ENTRY = "tf_parallel_for"
+
+
+def uses_threads(module: ir.Module) -> bool:
+    """Whether the module has parallel loops (and so needs thread_pool.c linked in)."""
+    return POOL_ENTRY in module.globals
 
 
 def _range_function(parent: KernelLowering, s: L.For) -> ir.Function:
@@ -42,25 +45,16 @@ def _range_function(parent: KernelLowering, s: L.For) -> ir.Function:
     return sub.fn
 
 
-def _trampoline(module, range_fn, nparams: int, start: int, stop: int) -> ir.Function:
-    """void tramp(ptr ctx): ctx holds the kernel's param pointers; runs this thread's chunk."""
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), name=f"{range_fn.name}.omp")
+def _trampoline(module, range_fn, nparams: int) -> ir.Function:
+    """void tramp(ptr ctx, i64 lo, i64 hi): ctx holds the kernel's param pointers."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]),
+                     name=f"{range_fn.name}.chunk")
     fn.linkage = "internal"
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    ctx = fn.args[0]
+    ctx, lo, hi = fn.args
     params = [b.load(b.gep(ctx, [ir.Constant(I64, k)], source_etype=PTR), typ=PTR)
               for k in range(nparams)]
-    tid = b.sext(b.call(declare(module, "omp_get_thread_num", I32, [], "nounwind"), []), I64)
-    nth = b.sext(b.call(declare(module, "omp_get_num_threads", I32, [], "nounwind"), []), I64)
-    total = ir.Constant(I64, stop - start)
-    chunk = b.sdiv(b.add(total, b.sub(nth, ir.Constant(I64, 1))), nth)
-    lo = b.add(ir.Constant(I64, start), b.mul(tid, chunk))
-    hi = b.add(lo, chunk)
-    hi = b.select(b.icmp_signed("<", hi, ir.Constant(I64, stop)), hi, ir.Constant(I64, stop))
-    entry = ir.IRBuilder()
-    entry.position_at_start(fn.entry_basic_block)
-    with b.if_then(b.icmp_signed("<", lo, hi)), denormals_as_zero(module, b, entry):
-        b.call(range_fn, [*params, lo, hi])
+    b.call(range_fn, [*params, lo, hi])
     b.ret_void()
     return fn
 
@@ -71,16 +65,17 @@ def lower_parallel_for(parent: KernelLowering, s: L.For) -> None:
     module, b = parent.module, parent.b
     params = list(parent.fn.args[:len(parent.kernel.params)])
     range_fn = _range_function(parent, s)
-    tramp = _trampoline(module, range_fn, len(params), s.start.value, s.stop.value)
+    tramp = _trampoline(module, range_fn, len(params))
     nthreads = b.load(threads_global(module), typ=I32)
     with b.if_else(b.icmp_signed(">", nthreads, ir.Constant(I32, 1))) as (many, one):
         with many:
             ctx = parent.alloca_builder.alloca(PTR, size=ir.Constant(I32, max(len(params), 1)))
             for k, p in enumerate(params):
                 b.store(p, b.gep(ctx, [ir.Constant(I32, k)], source_etype=PTR))
-            gomp = declare(module, "GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32],
+            pool = declare(module, POOL_ENTRY, ir.VoidType(), [PTR, PTR, I64, I64, I32],
                            "nounwind")
-            b.call(gomp, [tramp, ctx, nthreads, ir.Constant(I32, 0)])
+            b.call(pool, [tramp, ctx, ir.Constant(I64, s.start.value),
+                          ir.Constant(I64, s.stop.value), nthreads])
         with one:
             b.call(range_fn, [*params, ir.Constant(I64, s.start.value),
                               ir.Constant(I64, s.stop.value)])

@@ -17,7 +17,7 @@ from ..ir.loops import Kernel
 from .link import emit_object, link_shared
 from .lower_kernel import I64, PTR, lower_kernel
 from .module_builder import set_threads_function
-from .parallel import uses_openmp
+from .parallel import uses_threads
 from .target_machine import MachineSpec, host_spec
 
 
@@ -33,7 +33,7 @@ def build_module(kernels: list[Kernel], triple: str) -> ir.Module:
 def build_library(kernels: list[Kernel], spec: MachineSpec, opt_level: int, path: Path) -> None:
     module = build_module(kernels, spec.triple)
     obj = emit_object(str(module), spec, opt_level)
-    link_shared(obj, b"", path.parent / f"{path.stem}-build", path, uses_openmp(module))
+    link_shared(obj, b"", path.parent / f"{path.stem}-build", path, uses_threads(module))
 
 
 def _export(module, fn, nparams, name) -> None:

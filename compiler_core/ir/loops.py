@@ -552,8 +552,8 @@ def logical_and(a: Expr, b: Expr) -> Expr:
 
 # ---------------------------------------------------------------- builder
 
-# a thread's stack is 2 MB or more (glibc's and libgomp's default for the main thread and
-# the pool's): scratch arrays stay far below it
+# a thread's stack is 2 MB or more (glibc's default for the main thread, 4 MB for the
+# pool's: codegen/thread_pool.c): scratch arrays stay far below it
 MAX_SCRATCH_BYTES = 128 * 1024
 
 

@@ -4,8 +4,8 @@ A worker compiling for aarch64 cannot load an aarch64 model.so into its own proc
 can check that the code computes the right thing. QEMU's user-mode emulator (`qemu-aarch64`,
 Debian package qemu-user or qemu-user-static) runs tf_runner.c, a small native program built
 with the target's cross gcc on first use and cached: it dlopens model.so, runs it on raw
-input files and writes raw output files, in the artifact's I/O order. The target's libc and
-libgomp come from the cross toolchain's sysroot (`qemu-<arch> -L /usr/<arch>-linux-gnu`).
+input files and writes raw output files, in the artifact's I/O order. The target's libc
+comes from the cross toolchain's sysroot (`qemu-<arch> -L /usr/<arch>-linux-gnu`).
 Python for the target is not needed.
 
     outputs = run_emulated("out/", {"x": x})        # dict name -> numpy array, like cc.load

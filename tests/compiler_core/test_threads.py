@@ -37,17 +37,74 @@ def test_denormals_are_zero_while_the_model_runs_and_only_then(artifact, threads
     assert (x * y).all()  # the caller's own arithmetic keeps its denormals
 
 
-def _needs_libgomp(directory) -> bool:
+def _has_thread_pool(directory) -> bool:
     import subprocess
-    deps = subprocess.run(["ldd", str(directory / "model.so")], capture_output=True, text=True)
-    return "libgomp" in deps.stdout
+    symbols = subprocess.run(["nm", str(directory / "model.so")], capture_output=True,
+                             text=True, check=True).stdout
+    return " tf_parallel_for" in symbols
 
 
-def test_library_links_openmp_only_when_used(artifact, tmp_path):
-    assert _needs_libgomp(artifact)
+def test_library_has_the_thread_pool_only_when_used(artifact, tmp_path):
+    assert _has_thread_pool(artifact)
     small = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, (8,))], [("y", F, (8,))])
     cc.compile(small).save(tmp_path)
-    assert not _needs_libgomp(tmp_path)
+    assert not _has_thread_pool(tmp_path)
+
+
+def test_the_thread_count_can_change_between_runs(artifact):
+    x, y = rand(4, 64, 513), rand(513, seed=1)
+    for threads in (2, 3, 1, 4, 2):  # one library: its pool stops and starts its workers
+        out = cc.load(artifact, threads=threads).run({"x": x, "y": y})["z"]
+        np.testing.assert_allclose(out, np.tanh(x * y), rtol=1e-6, atol=1e-6)
+
+
+# Run in a child: what it does to its threads (affinity, fork) must not reach pytest's.
+CHILD = """
+import os, sys
+import numpy as np
+import compiler_core as cc
+x = np.random.default_rng(0).random((4, 64, 513), dtype=np.float32)
+y = np.random.default_rng(1).random(513, dtype=np.float32)
+def check(model):
+    assert np.allclose(model.run({"x": x, "y": y})["z"], np.tanh(x * y), rtol=1e-6, atol=1e-6)
+"""
+
+
+def _child(code: str):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", CHILD + code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_more_threads_than_cpus_share_them(artifact):
+    """Every thread on one CPU: a worker runs only when the caller is off it, and a region
+    must not wait for one that has not started (the caller takes its items)."""
+    _child(f"""
+os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})
+model = cc.load({str(artifact)!r}, threads=4)
+for _ in range(20):
+    check(model)
+""")
+
+
+def test_a_forked_child_runs_the_parallel_loops_without_the_parents_workers(artifact):
+    _child(f"""
+model = cc.load({str(artifact)!r}, threads=2)
+check(model)  # the workers are running
+pid = os.fork()
+if pid == 0:
+    try:
+        check(model)
+        check(cc.load({str(artifact)!r}, threads=3))
+    except BaseException:
+        os._exit(1)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0
+check(model)
+""")
 
 
 def _one(op, inputs, out_shape, consts=(), **attrs):
@@ -89,7 +146,7 @@ def test_row_parallel_kernels_match_onnxruntime_at_two_threads(kernel, tmp_path)
     feeds = {i.name: rand(*[d.dim_value for d in i.type.tensor_type.shape.dim], seed=7)
              for i in model.graph.input}
     cc.compile(model).save(tmp_path)
-    assert _needs_libgomp(tmp_path), "big enough to run on several threads"
+    assert _has_thread_pool(tmp_path), "big enough to run on several threads"
     one, two = (cc.load(tmp_path, threads=t).run(feeds)["out"] for t in (1, 2))
     expected = ort_run(model, feeds)["out"]
     np.testing.assert_allclose(two, expected, rtol=1e-4, atol=1e-5)
