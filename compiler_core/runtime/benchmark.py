@@ -90,7 +90,7 @@ def interleave(runners: dict, warmup: int = 3, min_runs: int = 10, max_seconds: 
     for _ in range(warmup):
         fastest = {name: min(fastest[name], _call_ms(fn)) for name, fn in runners.items()}
     if settle and warmup:  # a fastest call to settle against, not slowed by others' spinning
-        fastest = {name: _settle(fn, SETTLE_MAX_MS, fastest[name])
+        fastest = {name: settle_calls(fn, SETTLE_MAX_MS, fastest[name])
                    for name, fn in runners.items()}
     repeats = {name: max(1, min(50, int(block_ms / max(ms, 1e-3)))) if warmup else 1
                for name, ms in fastest.items()}
@@ -100,7 +100,7 @@ def interleave(runners: dict, warmup: int = 3, min_runs: int = 10, max_seconds: 
     while rounds < min_runs or (time.perf_counter() < deadline and rounds < max_runs):
         for name, fn in runners.items():
             if settle:
-                fastest[name] = _settle(fn, settle_ms, fastest[name])
+                fastest[name] = settle_calls(fn, settle_ms, fastest[name])
             samples[name] += [_call_ms(fn) for _ in range(repeats[name])]
             fastest[name] = min(fastest[name], *samples[name][-repeats[name]:])
         rounds += 1
@@ -124,7 +124,7 @@ SETTLE_TOLERANCE = 1.15
 SETTLE_MAX_MS = 400.0
 
 
-def _settle(fn, ms: float, fastest: float) -> float:
+def settle_calls(fn, ms: float, fastest: float) -> float:
     """Untimed calls (at least one) until they have all taken at most SETTLE_TOLERANCE x
     `fastest` for `ms` in a row, or SETTLE_MAX_MS have passed; the new fastest."""
     start = time.perf_counter()
