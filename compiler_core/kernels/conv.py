@@ -568,7 +568,9 @@ F4_ONE_VECTOR_MIN_CHANNELS = 256
 # YOLOv8n's 32 -> 32 3x3 convs at 40x40 in the model: direct 133 us, F(2x2) 108 us (F(4x4)
 # 121 us alone: heavier transforms, for few channels); 16 -> 16 at 80x80 stays direct
 # (F(4x4) 136 against 130 us). Whole models new/old, 1 | 2 threads: YOLOv8n-320 1.012 |
-# 1.014, YOLOv8n-640 1.024 | 1.028.
+# 1.014, YOLOv8n-640 1.024 | 1.028. A narrow side of 16-31 channels takes F(2x2) too where
+# the other has 64 or more, the GEMMs' share then large (found by tuning SqueezeNet at 1
+# thread: 16 -> 64 at 55x55, direct 284-318 us, F(2x2) 217-237 us, in the model and alone).
 def _default_winograd(node, spec, lanes: int) -> int:
     """The default's Winograd tile size m of F(m x m, 3x3), 0 for the direct conv."""
     if not winograd_eligible(node):
@@ -577,9 +579,10 @@ def _default_winograd(node, spec, lanes: int) -> int:
         m = winograd_tile_size(node, lanes)
         return 2 if m == 4 and _f2_for_few_channels(node, spec) else m
     channels = node.inputs[1].shape[1], node.outputs[0].shape[1]
-    if min(channels) < WINOGRAD_MIN_CHANNELS_TWO_FMA:
-        return 0
     amd = amd_two_wide_fma_ports(spec)
+    if min(channels) < WINOGRAD_MIN_CHANNELS_TWO_FMA:
+        expanding = min(channels) >= WINOGRAD_MIN_CHANNELS and max(channels) >= 64
+        return min(2, winograd_tile_size(node, lanes)) if amd and expanding else 0
     if max(channels) >= 2 * WINOGRAD_MIN_CHANNELS_TWO_FMA:
         one_vector = not amd and min(channels) >= F4_ONE_VECTOR_MIN_CHANNELS
         return winograd_tile_size(node, lanes, WINOGRAD_MIN_TILES if one_vector else None)

@@ -192,12 +192,14 @@ def test_intel_two_fma_cores_take_eight_row_tiles_where_six_leave_them_ragged(cp
 
 @pytest.mark.parametrize("cpu", TWO_FMA_CPUS)
 def test_two_fma_avx512_cores_take_winograd_from_more_channels(cpu):
+    """16 -> 64 channels: Winograd on Zen 4; direct on Intel's two-FMA cores, F(2x2) on Zen
+    5 (a narrow side of 16 beside 64 or more, SqueezeNet's expand convs)."""
     two_fma = _avx512(cpu)
-    few_channels = conv_node(conv_model(n=1, c=16, oc=64, hw=56, k=3))
-    assert default_conv_schedule(few_channels, _avx512("znver4")).winograd
-    assert not default_conv_schedule(few_channels, two_fma).winograd
-    assert not default_conv_schedule(conv_node(conv_model(n=1, c=16, oc=64, hw=40, k=3)),
-                                     two_fma).winograd
+    expected = 2 if cpu.startswith("znver") else 0
+    for hw in (56, 40):
+        few_channels = conv_node(conv_model(n=1, c=16, oc=64, hw=hw, k=3))
+        assert default_conv_schedule(few_channels, _avx512("znver4")).winograd
+        assert default_conv_schedule(few_channels, two_fma).winograd == expected, hw
     for c, oc in ((32, 64), (128, 32), (64, 64)):
         assert default_conv_schedule(conv_node(conv_model(n=1, c=c, oc=oc, hw=40, k=3)),
                                      two_fma).winograd, (c, oc)
@@ -212,8 +214,9 @@ def test_zen5_takes_f2x2_from_32_channels_on_each_side(cpu):
         assert default_conv_schedule(node, _avx512(cpu)).winograd == expected, node.inputs[1].shape
         assert default_conv_schedule(node, _avx512("znver4")).winograd  # one FMA port: F(4x4) or F(2x2)
     sixteen = conv_node(conv_model(n=1, c=16, oc=16, hw=80, k=3))
+    narrow = conv_node(conv_model(n=1, c=16, oc=48, hw=80, k=3))  # the wide side under 64
     strided = conv_node(conv_model(n=1, c=32, oc=32, hw=80, k=3, stride=2))
-    for node in (sixteen, strided):
+    for node in (sixteen, narrow, strided):
         assert not default_conv_schedule(node, _avx512(cpu)).winograd
 
 
