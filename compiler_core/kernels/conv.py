@@ -581,7 +581,8 @@ def _default_winograd(node, spec, lanes: int) -> int:
     channels = node.inputs[1].shape[1], node.outputs[0].shape[1]
     amd = amd_two_wide_fma_ports(spec)
     if min(channels) < WINOGRAD_MIN_CHANNELS_TWO_FMA:
-        expanding = min(channels) >= WINOGRAD_MIN_CHANNELS and max(channels) >= 64
+        expanding = (min(channels) >= WINOGRAD_MIN_CHANNELS
+                     and max(channels) >= 2 * WINOGRAD_MIN_CHANNELS_TWO_FMA)
         return min(2, winograd_tile_size(node, lanes)) if amd and expanding else 0
     if max(channels) >= 2 * WINOGRAD_MIN_CHANNELS_TWO_FMA:
         one_vector = not amd and min(channels) >= F4_ONE_VECTOR_MIN_CHANNELS
