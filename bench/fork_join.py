@@ -1,10 +1,11 @@
 """The cost of one parallel region: `python -m bench.fork_join` (part of `make bench`).
 
 A chain of KERNELS tiny Softmax kernels, each forced to be a parallel loop, is timed at one
-thread (the kernel calls its loop body directly) and at two (the thread pool, codegen/thread_pool.c, forks and joins); the
-difference per kernel is what a parallel region costs. The kernels are tiny so that the
-work itself is nothing next to the fork/join. ONNX Runtime runs the same chain at the same
-thread counts for comparison: its per-operator cost, including its own thread pool's.
+thread (the kernel calls its loop body directly) and at two (the thread pool,
+codegen/thread_pool.c, forks and joins); the difference per kernel is what a parallel region
+costs. The kernels are tiny so that the work itself is nothing next to the fork/join. ONNX
+Runtime runs the same chain at the same thread counts for comparison: its per-operator
+cost, including its own thread pool's.
 """
 from __future__ import annotations
 

@@ -233,9 +233,11 @@ void tf_parallel_for(tf_chunk_fn fn, void *ctx, int64_t start, int64_t stop, int
     int64_t total = stop - start;
     if (threads > MAX_THREADS)
         threads = MAX_THREADS;
-    if (threads > 1 && total > 1 && start >= 0 && stop < (int64_t)CLOSED)
+    /* tickets hold item indexes below CLOSED */
+    int shared = threads > 1 && total > 1 && start >= 0 && stop < (int64_t)CLOSED;
+    if (shared)
         ensure_team(threads);
-    if (threads <= 1 || total <= 1 || start < 0 || stop >= (int64_t)CLOSED || pool.team <= 1) {
+    if (!shared || pool.team <= 1) {
         fn(ctx, start, stop);
         return;
     }

@@ -60,7 +60,7 @@ def test_the_thread_count_can_change_between_runs(artifact):
 
 # Run in a child: what it does to its threads (affinity, fork) must not reach pytest's.
 CHILD = """
-import os, sys
+import os
 import numpy as np
 import compiler_core as cc
 x = np.random.default_rng(0).random((4, 64, 513), dtype=np.float32)
