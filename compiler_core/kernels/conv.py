@@ -31,6 +31,7 @@ from .epilogue import apply_activation, is_heavy
 from .fma_ports import amd_two_wide_fma_ports, intel_two_fma_ports, two_wide_fma_ports
 from .matmul import (MAX_MR, SMALL_N, GemmShape, GemmTiles, Operand, Output, default_tiles,
                      emit_gemm, even_chunk_size, l2_columns)
+from .conv_rows import lower_conv_rows
 from .conv_skinny import (MAX_VECTORS, SKINNY_COLUMNS, emit_skinny_gemm, output_rows, plane_rows,
                           row_tile, skinny_vectors)
 from .recurrent import L1_BYTES
@@ -178,6 +179,10 @@ class ConvSchedule:
     # True: each item first copies its columns of B (the input windows) into panels of
     # tiles.nr columns, k after k (see _panel_packer); False: the tiles read B in place
     pack: bool = False
+    # True: one GEMM per output row (out_spatial[-1] columns) whose tiles store straight
+    # into y, with no wide scratch to crop; the work items are `blocks` runs of rows of each
+    # (image, group) plane
+    by_rows: bool = False
 
 
 def conv_gemm_shape(node) -> tuple[GemmShape, int]:
@@ -222,7 +227,41 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
     sched = _default_packing(sched, node, shape, pieces, spec)
     if sched.split == "rows" and sched.pack:  # each row item packs all of B
         sched = dataclasses.replace(sched, blocks=min(sched.blocks, PACKED_ROW_BLOCKS))
+    if not sched.pack and sched.tiles.kc >= shape.K and rows_beat_wide(node, sched.tiles, lanes):
+        return rows_schedule(node, sched.tiles)
     return sched
+
+
+# By rows (kernels/conv_rows.py), Xeon (LLVM: rocketlake), 1 thread, each conv in its model,
+# against the wide GEMM and its crop: 7x7 stride-2 stems 3 -> 64 at 112x112 (ResNet-50,
+# Inception v1, DenseNet-121) 1.72-1.86 -> 1.50-1.55 ms; SqueezeNet's 3x3 stride-2 stem
+# 3 -> 64 at 111x111 0.483 -> 0.302 (0.262 -> 0.163 at 2 threads); YOLOv8n-320's 3x3
+# stride-2 convs 3 -> 16 at 160x160 0.305 -> 0.258 and 16 -> 32 at 80x80 0.511 -> 0.461.
+# Where a row's vectors compute more columns than the wide grid's row, it loses: 3x3
+# convs at 40x40 (3 vectors for 40 positions) 0.19-0.21 -> 0.22-0.24 ms, ResNet-50's
+# stride-2 3x3 convs at 28x28 and 14x14 2.04 -> 2.45 and 1.73 -> 2.86. By rows the
+# reduction is not cut into chunks, so a tile's slice of B over all of k must stay in L1
+# across the row tiles: 3x3 stride-2 convs of 128 channels at 32x32 (k = 1152) and 256 at
+# 16x16 took 1.19x and 1.26x the time by rows, a 5x5 conv of 64 at 112x112 1.03x.
+def rows_beat_wide(node, tiles: GemmTiles, lanes: int) -> bool:
+    """Whether a row's whole vectors span no more columns than a row of the wide grid
+    does (both compute the same positions, and by rows there is no scratch to crop) and
+    a tile's B over all of k fits in L1. (By rows B is read in place in one chunk of k:
+    where the wide GEMM would pack its input or cut k into short chunks of streams, the
+    default keeps doing so.)"""
+    wide = conv_wide(node)
+    out_spatial = node.outputs[0].shape[2:]
+    if wide is None or len(out_spatial) < 2:
+        return False
+    q_width, k = node.inputs[0].shape[-1], node.inputs[3].shape[0]
+    return (-(-out_spatial[-1] // lanes) * lanes <= q_width
+            and k * tiles.nr * node.outputs[0].dtype.itemsize <= L1_BYTES)
+
+
+def rows_schedule(node, tiles: GemmTiles) -> ConvSchedule:
+    """By rows, one row per work item (an even share for every thread)."""
+    rows = math.prod(node.outputs[0].shape[2:-1])
+    return ConvSchedule(tiles, blocks=rows, parallel=True, by_rows=True)
 
 
 def _wide_tiles(tiles: GemmTiles, shape: GemmShape, spec) -> GemmTiles:
@@ -716,6 +755,11 @@ def conv_space(node, spec) -> list[ConvSchedule]:
     out = [base] if base.lanes else []
     if base.pack:  # the tuner measures whether packing pays
         out.append(dataclasses.replace(base, pack=False))
+    if conv_wide(node) is not None and len(node.outputs[0].shape) > 3:  # by rows or wide
+        out += [rows_schedule(node, GemmTiles(mr, nr, shape.K, nr))
+                for mr, nr in tile_shapes[:3] if mr <= shape.M]
+        if base.by_rows and base not in out:
+            out.insert(0, base)
     if winograd_eligible(node) and shape.N >= SKINNY_COLUMNS:
         # a direct schedule stays in the space below: the tuner measures both algorithms
         for m in WINOGRAD_SIZES:
@@ -764,6 +808,8 @@ def split_blocks(sched: ConvSchedule, shape: GemmShape) -> tuple[int, int, int]:
 
 @lowering("Conv")
 def lower_conv(node, kb, ins, outs):
+    if node.schedule.by_rows:
+        return lower_conv_rows(node, kb, ins, outs)
     xq, w, bias, koff, residual = (ins + [None])[:5]
     y, wide = outs[0], (outs[1] if conv_wide(node) is not None else None)
     panels = outs[-1] if node.attrs.get("panels") else None

@@ -83,12 +83,14 @@ def register_tiles(spec_registers: int, lanes: int, rows_hint: int = 64) -> list
 def emit_tile(kb, tile: Tile, k_extents: list, ops: TileOperands,
               init: Callable[[int, int], Expr], finish: Callable[[int, int, Expr], None],
               mr: int | None = None, nr: int | None = None, dtype=np.float32,
-              pairs: bool = False) -> None:
+              pairs: bool = False, b_valid: int | None = None) -> None:
     """One register tile (optionally a smaller mr x nr edge tile of the same loop nest).
 
     init(i, j) gives accumulator (i, j)'s starting vector (or a scalar to splat);
     finish(i, j, value) receives the final vector and emits its store. With `pairs` the
     reduction indices count pairs of rows and the accumulators are int32 (see above).
+    `b_valid`: only the first b_valid lanes of each step's last B vector are read (the
+    rest are 0), for a tile at the ragged end of a row.
     """
     mr, nr = mr or tile.mr, nr or tile.nr
     lanes = tile.lanes
@@ -98,7 +100,8 @@ def emit_tile(kb, tile: Tile, k_extents: list, ops: TileOperands,
     with _reduction_loops(kb, k_extents) as ks:
         b_at = kb.local(INDEX, ops.b_at(ks), "b_at")
         # B may be stored narrower (float16, int8 weights): widened in registers
-        bv = [kb.local(b_type, cast(ops.b.vec(Get(b_at) + j * b_lanes, b_lanes), b_type),
+        bv = [kb.local(b_type, cast(ops.b.vec(Get(b_at) + j * b_lanes, b_lanes,
+                                              b_valid if j == nr - 1 else None), b_type),
                        "b", b_lanes) for j in range(nr)]
         if ops.b_ahead and mr >= PREFETCH_MIN_ROWS:
             prefetch_lines(kb, ops.b, Get(b_at) + ops.b_ahead, nr * b_lanes)

@@ -87,4 +87,7 @@ def _packed(n: Node) -> Node:
     packed = Value(f"{w.name}_packed", data.shape, w.dtype, const=data)
     inputs = list(n.inputs)
     inputs[1] = packed
-    return dataclasses.replace(n, inputs=inputs, attrs=dict(n.attrs, packed_mr=mr))
+    # by rows, its tiles store straight into y: the wide scratch goes unused
+    outputs = n.outputs[:1] if n.schedule.by_rows else n.outputs
+    return dataclasses.replace(n, inputs=inputs, outputs=outputs,
+                               attrs=dict(n.attrs, packed_mr=mr))

@@ -59,7 +59,7 @@ def _conv(node: Node, s) -> list[float]:
     rows, cols = (shape.M, size) if s.split == "columns" else (size, shape.N)
     t = s.tiles
     return gemm_loop_features(shape.M, shape.N, shape.K, t.mr, t.nr, t.kc, rows,
-                              min(cols, t.nc)) + [_log(pieces * count)]
+                              min(cols, t.nc)) + [_log(pieces * count), float(s.by_rows)]
 
 
 def _matmul(node: Node, t) -> list[float]:

@@ -385,3 +385,51 @@ def test_avx2_takes_f2x2_for_few_channels_over_an_input_in_l2():
     for c, oc, hw in ((32, 128, 27), (64, 64, 28), (16, 16, 160), (32, 32, 80)):
         node = conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=3))
         assert default_conv_schedule(node, avx2).winograd == 4, (c, oc, hw)
+
+
+BY_ROWS = {  # (model, mr, nr): rows of 31 = 16 + 15 positions, 20 channels = 3 x 6 + 2
+    "stem, ragged rows and channels": (dict(n=1, c=3, oc=20, hw=62, k=3, stride=2), 6, 32),
+    "one vector per tile": (dict(n=1, c=3, oc=20, hw=62, k=3, stride=2), 8, 16),
+    "batch of 2, residual": (dict(n=2, c=5, oc=24, hw=31, k=5, residual=True), 4, 48),
+    "grouped": (dict(n=1, c=16, oc=32, hw=20, k=3, group=4), 6, 16),
+}
+
+
+@pytest.mark.parametrize("case", BY_ROWS)
+def test_convs_by_rows_match_onnxruntime(case, monkeypatch):
+    """Tiles along each output row, the last vector of a ragged row masked, stored
+    straight into y (kernels/conv_rows.py)."""
+    params, mr, nr = BY_ROWS[case]
+    model = conv_model(**params)
+    feeds = feeds_for(model)
+    node = conv_node(model)
+    rows = params["hw"] // params.get("stride", 1)
+    sched = ConvSchedule(GemmTiles(mr, nr, conv_gemm_shape(node)[0].K, nr), blocks=rows // 3,
+                         parallel=True, by_rows=True)
+    monkeypatch.setitem(schedule.DEFAULTS, "Conv", lambda node, spec: sched)
+    graph = run_pipeline(import_model(model), 3)
+    conv = next(n for n in graph.nodes if n.op == "Conv")
+    assert conv.schedule.by_rows and len(conv.outputs) == 1  # no wide scratch
+    one, two = run_both(model, feeds)
+    assert_close(two, ort_run(model, feeds)["y"], case)
+    np.testing.assert_array_equal(one, two)
+
+
+@pytest.mark.parametrize("cpu", TWO_FMA_CPUS)
+def test_stems_go_by_rows_where_a_rows_vectors_span_no_more_than_the_wide_grid(cpu):
+    spec = _avx512(cpu)
+    for c, oc, hw, k, by_rows in ((3, 64, 224, 7, True),   # 112 of 115 q columns
+                                  (3, 64, 224, 3, True),   # 111 -> 112 of 113
+                                  (16, 32, 160, 3, True),  # 80 of 81
+                                  (32, 64, 80, 3, False),  # 40 -> 48 of 41
+                                  (3, 64, 56, 3, False),   # 28 -> 32 of 29
+                                  # 32 of 33, but k = 1152: B over all of k is past L1
+                                  (128, 128, 64, 3, False)):
+        node = conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=k, stride=2))
+        sched = default_conv_schedule(node, spec)
+        assert sched.by_rows == by_rows, (c, oc, hw, k)
+        assert any(s.by_rows != by_rows for s in conv_space(node, spec))  # the tuner may decide
+    # Zen 4 packs a stem's input for the wide GEMM: it keeps doing so
+    stem = conv_node(conv_model(n=1, c=3, oc=64, hw=224, k=3, stride=2))
+    zen4 = default_conv_schedule(stem, _avx512("znver4"))
+    assert zen4.pack and not zen4.by_rows
