@@ -2,9 +2,10 @@
 
 kernels/conv.py's implicit GEMM runs over the wide q grid (every q column of every output
 row), into a scratch that a last pass crops into y. Where the wide output is big (a stem: a
-few input channels into many, at 112 x 112 or more) the scratch and the crop are past L2 and
-the crop costs about as much as the GEMM. Here the columns of a GEMM are one output row's
-positions, a run of whole vectors and a masked last one:
+few input channels into many, at 112 x 112 or more) the scratch and y are both past L2, and
+scratch and crop cost SqueezeNet's stem 0.18 of its 0.48 ms (Xeon, 1 thread). Here the
+columns of a GEMM are one output row's positions, a run of whole vectors and a masked last
+one:
 
     for each output row r (work items are runs of rows):
         for each tile of mr output channels, for each tile of nr vectors along the row:
