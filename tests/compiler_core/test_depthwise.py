@@ -110,8 +110,9 @@ FLAT_MODEL = (8, 6, 6, 5, 1, {"pads": [2, 2, 2, 2]})  # in fewer vectors flat, i
                                        ((3, 19, 44, 3, 2, {"pads": [1, 0, 1, 1]}), False)])
 def test_every_schedule_of_the_search_space_is_correct(case, flat, monkeypatch):
     """The autotuner's candidates (chains of taps, planes split or not, flat planes where
-    they fit, dense columns or phase rows where the column stride is 2) all match ORT, at
-    one and two threads, with a residual and an activation."""
+    they fit, dense columns or phase rows where the column stride is 2, blocks of rows that
+    leave a ragged rest) all match ORT, at one and two threads, with a residual and an
+    activation."""
     import tempfile
 
     from compiler_core.codegen.target_machine import host_spec
@@ -127,7 +128,10 @@ def test_every_schedule_of_the_search_space_is_correct(case, flat, monkeypatch):
     space = depthwise_space(node, host_spec())
     strided = case[4] > 1
     assert DepthwiseSchedule(2, True) in space
-    assert len(space) == 8 * (1 + flat) * (1 + 2 * strided)
+    assert len(space) == 8 * (1 + flat) * (1 + 2 * strided) + 4
+    assert {s.row_block for s in space} == {1, 2, 4}
+    assert not any(s.row_block > 1 and (s.flat or s.dense_columns or s.phase_rows)
+                   for s in space)
     assert any(s.flat for s in space) == flat
     assert any(s.dense_columns for s in space) == strided
     assert any(s.phase_rows for s in space) == strided
@@ -272,3 +276,18 @@ def test_avx2_edge_taps_blend_plain_loads_inside_the_input(c, hw, k, zen1, at_en
     assert run.returncode == 0, run.stderr[-2000:]
     expected = ort_run(model, {"x": x})["t0"]
     np.testing.assert_allclose(np.load(art + ".y.npy"), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("c,hw,k,stride,avx512,avx2", [
+    (120, 28, 5, 1, 4, 2), (240, 28, 3, 2, 4, 1),  # AVX2: dense columns
+    (960, 7, 5, 1, 1, 2),                          # AVX-512: flat
+    (72, 56, 5, 2, 1, 1), (64, 112, 3, 2, 4, 1)])  # AVX-512: phase rows, strided taps
+def test_rows_of_taps_go_in_blocks_of_4_with_32_registers_and_2_with_16(c, hw, k, stride,
+                                                                        avx512, avx2):
+    """Only rows of taps take blocks: flat planes, dense columns and phase rows keep 1."""
+    from compiler_core.frontend.onnx import import_model
+    from compiler_core.kernels.depthwise import default_depthwise_schedule
+    model, _ = _model(c, hw, hw, k, stride, {"pads": [k // 2] * 4})
+    node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
+    assert default_depthwise_schedule(node, AVX512).row_block == avx512
+    assert default_depthwise_schedule(node, AVX2).row_block == avx2
