@@ -103,18 +103,6 @@ def test_winograd_convs_match_onnxruntime_at_one_and_two_threads(case):
     np.testing.assert_array_equal(one, two)
 
 
-def test_a_heavy_epilogue_runs_in_the_output_transform():
-    """SiLU (x * sigmoid(x)) fused into the conv's epilogue."""
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1] * 4),
-             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
-    model = make_model(nodes, [("x", F, (1, 32, 24, 24))], [("y", F, (1, 64, 24, 24))],
-                       [("w", rand(64, 32, 3, 3, seed=1)), ("b", rand(64, seed=2))])
-    feeds = feeds_for(model)
-    art = cc.compile(model)
-    assert len(art.meta["winograd_layers"]) == 1
-    assert_close(art.run(feeds)["y"], ort_run(model, feeds)["y"])
-
-
 def test_only_big_stride_1_3x3_convs_use_winograd():
     spec = host_spec()
     assert default_conv_schedule(conv_node(conv_model(1, 64, 64, 56, 3)), spec).winograd == 4
@@ -190,16 +178,29 @@ def test_both_parallel_layouts_match_onnxruntime(case, phases, monkeypatch):
             assert_close(cc.load(d, threads=threads).run(feeds)["y"], expected, f"{threads} threads")
 
 
-def test_silu_runs_in_the_output_transform():
+@pytest.mark.parametrize("c,oc,hw", [(40, 72, 23),   # F(4x4): the last tiles' rows cropped
+                                      (64, 48, 13),   # F(2x2) but on Zen 4
+                                      (64, 64, 20)])
+def test_silu_and_a_residual_fuse_into_the_conv_and_sweep_its_rows(c, oc, hw):
+    """A heavy activation runs over each item's finished rows of a channel (the residual
+    already added): at one and two threads the same as ONNX Runtime."""
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3],
                               pads=[1, 1, 1, 1]),
-             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
-    inits = [("w", rand(48, 64, 3, 3, seed=1) / 24), ("b", rand(48, seed=2))]
-    model = make_model(nodes, [("x", F, (1, 64, 20, 20))], [("y", F, (1, 48, 20, 20))], inits)
-    feeds = {"x": rand(1, 64, 20, 20, seed=3)}
+             helper.make_node("Add", ["c", "r"], ["a"]),
+             helper.make_node("Sigmoid", ["a"], ["s"]), helper.make_node("Mul", ["a", "s"], ["y"])]
+    inits = [("w", rand(oc, c, 3, 3, seed=1) / 24), ("b", rand(oc, seed=2))]
+    model = make_model(nodes, [("x", F, (1, c, hw, hw)), ("r", F, (1, oc, hw, hw))],
+                       [("y", F, (1, oc, hw, hw))], inits)
+    feeds = {"x": rand(1, c, hw, hw, seed=3), "r": rand(1, oc, hw, hw, seed=4)}
     art = cc.compile(model)
-    assert [k["op"] for k in art.meta["kernels"] if k["op"] != "ConvPad"] == ["WinogradConv"]
-    assert_close(art.run(feeds)["y"], ort_run(model, feeds)["y"], "SiLU epilogue")
+    kernels = [k for k in art.meta["kernels"] if k["op"] != "ConvPad"]
+    assert [k["op"] for k in kernels] == ["WinogradConv"]
+    assert len(kernels[0]["onnx_nodes"]) == 4
+    expected = ort_run(model, feeds)["y"]
+    with tempfile.TemporaryDirectory() as d:
+        art.save(d)
+        for threads in (1, 2):
+            assert_close(cc.load(d, threads=threads).run(feeds)["y"], expected, f"{threads}T")
 
 
 PADDINGS = {  # (pads [top, left, bottom, right], input h x w)
