@@ -44,9 +44,6 @@ PARALLEL_MIN_TAP_FLOPS = PARALLEL_MIN_FLOPS // 4
 # plane (a 14x14 plane in 16 lanes with 5x5 taps is 13 x 25).
 FLAT_MAX_LOADS = 400
 
-# Taps per row from which strided depthwise convs compute dense columns on AVX-512 (below)
-DENSE_COLUMNS_MIN_TAPS_512 = 5
-
 
 @dataclass(frozen=True)
 class DepthwiseSchedule:
@@ -128,12 +125,13 @@ def default_depthwise_schedule(node, spec) -> DepthwiseSchedule:
     flat = (wide or flat_avx2) and flat_fits(node, lanes)
     # AVX2's masked loads and cross-lane shuffles cost two to four times a plain load: a
     # strided tap took about 4 cycles (znver3). AVX-512 does either in one instruction,
-    # which beats twice the FMAs on 3x3 taps but not on 5x5 ones, where the pick of lanes
-    # is shared by more taps (znver4, 1 thread, stride 2: 5x5 over 72 channels at 56x56
-    # 126 -> 92 us, over 672 at 14x14 76 -> 56; 3x3 over 64 at 112x112 108 -> 115, over
-    # 240 at 28x28 24 -> 29)
-    dense = _column_stride(node) > 1 and (spec.vector_bits < 512
-                                          or KW >= DENSE_COLUMNS_MIN_TAPS_512)
+    # which beat twice the FMAs on 3x3 taps but not on 5x5 ones, one row at a time (znver4,
+    # 1 thread, stride 2: 5x5 over 72 channels at 56x56 126 -> 92 us, over 672 at 14x14 76
+    # -> 56; 3x3 over 64 at 112x112 108 -> 115). Blocks of rows (_row_block) load each
+    # strided tap once for several rows, and 5x5 taps go strided too (Xeon rocketlake, 1
+    # thread, dense -> strided in blocks of 4 rows: 5x5 over 672 at 14x14 51 -> 42 us, over
+    # 240 at 28x28 63 -> 42, over 16 at 128x128 76 -> 55)
+    dense = _column_stride(node) > 1 and spec.vector_bits < 512
     phases = (_phase_rows_in_l1(node, lanes) if spec.cpu in PHASE_ROWS_WHEREVER_IN_L1_CPUS
               else (wide or flat_avx2) and _phase_rows_pay(node, lanes))
     dense = dense and not phases

@@ -168,12 +168,12 @@ def test_small_planes_go_flat_on_avx512(c, hw, k, stride, flat):
 @pytest.mark.parametrize("c,hw,k,stride,avx512", [
     (64, 56, 3, 1, "strided"), (64, 56, 3, 2, "strided"), (64, 56, 5, 1, "strided"),
     (72, 56, 5, 2, "phase rows"),    # 28 outputs a row, 15 KB of phase rows
-    (672, 14, 5, 2, "dense"),        # 7 outputs a row: a vector of them mostly empty
-    (16, 128, 5, 2, "dense")])       # 68 KB of phase rows: past L1
+    (672, 14, 5, 2, "strided"),      # 7 outputs a row: too few for phase rows
+    (16, 128, 5, 2, "strided")])     # 68 KB of phase rows: past L1
 def test_strided_columns_take_dense_columns_or_phase_rows(c, hw, k, stride, avx512):
     """A column stride takes dense columns and one pick on AVX2 (masked runs and shuffles
-    per tap cost more there); on AVX-512 strided loads on 3 taps a row, from 5 phase rows
-    where a row's outputs fill vectors and the plane's phase rows fit L1, else dense."""
+    per tap cost more there); on AVX-512 phase rows on 5 taps a row where a row's outputs
+    fill vectors and the plane's phase rows fit L1, else strided loads (in blocks of rows)."""
     from compiler_core.frontend.onnx import import_model
     from compiler_core.kernels.depthwise import default_depthwise_schedule
     model, _ = _model(c, hw, hw, k, stride, {"pads": [k // 2] * 4})
@@ -281,7 +281,8 @@ def test_avx2_edge_taps_blend_plain_loads_inside_the_input(c, hw, k, zen1, at_en
 @pytest.mark.parametrize("c,hw,k,stride,avx512,avx2", [
     (120, 28, 5, 1, 4, 2), (240, 28, 3, 2, 4, 1),  # AVX2: dense columns
     (960, 7, 5, 1, 1, 2),                          # AVX-512: flat
-    (72, 56, 5, 2, 1, 1), (64, 112, 3, 2, 4, 1)])  # AVX-512: phase rows, strided taps
+    (72, 56, 5, 2, 1, 1), (64, 112, 3, 2, 4, 1),   # AVX-512: phase rows, strided taps
+    (672, 14, 5, 2, 4, 1)])
 def test_rows_of_taps_go_in_blocks_of_4_with_32_registers_and_2_with_16(c, hw, k, stride,
                                                                         avx512, avx2):
     """Only rows of taps take blocks: flat planes, dense columns and phase rows keep 1."""
