@@ -159,7 +159,7 @@ def lower_winograd_conv(node, kb, ins, outs):
     act = node.attrs.get("activation")
     # a sigmoid's exp and division in the scalar code of each tile cost 5x what they do in
     # a vectorized sweep over the item's rows of the channel, still in L1 (Xeon rocketlake,
-    # 1 thread: F(2x2) over 64 channels at 20x20 with SiLU 180 -> 150 us, 143 without it)
+    # 1 thread: F(2x2) over 64 channels at 20x20 with SiLU 180 -> 146 us, 143 without it)
     heavy = is_heavy(act)
     dtype = y.dtype
 
