@@ -123,6 +123,8 @@ def default_depthwise_schedule(node, spec) -> DepthwiseSchedule:
     wide, flat_avx2 = spec.vector_bits >= 512, spec.cpu in FLAT_AVX2_CPUS
     # measured on AVX-512, where masked loads cost what plain ones do, and on Zen 1
     flat = (wide or flat_avx2) and flat_fits(node, lanes)
+    phases = (_phase_rows_in_l1(node, lanes) if spec.cpu in PHASE_ROWS_WHEREVER_IN_L1_CPUS
+              else (wide or flat_avx2) and _phase_rows_pay(node, lanes))
     # AVX2's masked loads and cross-lane shuffles cost two to four times a plain load: a
     # strided tap took about 4 cycles (znver3). AVX-512 does either in one instruction,
     # which beat twice the FMAs on 3x3 taps but not on 5x5 ones, one row at a time (znver4,
@@ -131,10 +133,7 @@ def default_depthwise_schedule(node, spec) -> DepthwiseSchedule:
     # strided tap once for several rows, and 5x5 taps go strided too (Xeon rocketlake, 1
     # thread, dense -> strided in blocks of 4 rows: 5x5 over 672 at 14x14 51 -> 42 us, over
     # 240 at 28x28 63 -> 42, over 16 at 128x128 76 -> 55)
-    dense = _column_stride(node) > 1 and spec.vector_bits < 512
-    phases = (_phase_rows_in_l1(node, lanes) if spec.cpu in PHASE_ROWS_WHEREVER_IN_L1_CPUS
-              else (wide or flat_avx2) and _phase_rows_pay(node, lanes))
-    dense = dense and not phases
+    dense = _column_stride(node) > 1 and not wide and not phases
     rows = 1 if flat or dense or phases else _row_block(spec)
     return DepthwiseSchedule(2, flops >= PARALLEL_MIN_TAP_FLOPS and _planes(node) > 1, flat,
                              dense, phases, rows)
@@ -383,9 +382,7 @@ class _Plane:
     def vectors_of_rows(self, oh, ow, columns: list, count: int, lanes: int, width: int):
         """y[n, c, oh .. oh + count - 1, ow .. ow + width - 1], every kernel row inside x,
         from column j's lanes columns[j] = [a, b): each input row's taps loaded once and
-        summed into every output row whose window holds it. Loads of whole vectors at any
-        column offset cross a cache line and take two load slots; one row at a time they,
-        not the FMAs, set the pace."""
+        summed into every output row whose window holds it."""
         x, y, kb = self.x, self.y, self.kb
         H, W = x.shape[2:]
         OH, OW = y.shape[2:]

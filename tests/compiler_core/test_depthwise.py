@@ -33,6 +33,13 @@ def _conv_shape(conv, x_shape, inits):
     return tuple(d.dim_value for d in out.type.tensor_type.shape.dim)
 
 
+def _node(c, hw, k, stride):
+    """The DepthwiseConv node of a square plane's conv with "same" padding."""
+    from compiler_core.frontend.onnx import import_model
+    model, _ = _model(c, hw, hw, k, stride, {"pads": [k // 2] * 4})
+    return next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
+
+
 def _check(c, h, w, k, stride, conv_attrs, **kw):
     model, out_shape = _model(c, h, w, k, stride, conv_attrs, **kw)
     feeds = {"x": rand(1, c, h, w)}
@@ -157,10 +164,8 @@ AVX2 = MachineSpec("x86_64-unknown-linux-gnu", "haswell", "+avx,+avx2,+fma")
     (672, 14, 5, 2, False), (64, 56, 3, 1, False)])
 def test_small_planes_go_flat_on_avx512(c, hw, k, stride, flat):
     """Flat where rows fill few of 16 lanes (a 7x7 plane: 4 vectors, not 7), not on AVX2."""
-    from compiler_core.frontend.onnx import import_model
     from compiler_core.kernels.depthwise import default_depthwise_schedule
-    model, _ = _model(c, hw, hw, k, stride, {"pads": [k // 2] * 4})
-    node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
+    node = _node(c, hw, k, stride)
     assert default_depthwise_schedule(node, AVX512).flat == flat
     assert not default_depthwise_schedule(node, AVX2).flat
 
@@ -174,10 +179,8 @@ def test_strided_columns_take_dense_columns_or_phase_rows(c, hw, k, stride, avx5
     """A column stride takes dense columns and one pick on AVX2 (masked runs and shuffles
     per tap cost more there); on AVX-512 phase rows on 5 taps a row where a row's outputs
     fill vectors and the plane's phase rows fit L1, else strided loads (in blocks of rows)."""
-    from compiler_core.frontend.onnx import import_model
     from compiler_core.kernels.depthwise import default_depthwise_schedule
-    model, _ = _model(c, hw, hw, k, stride, {"pads": [k // 2] * 4})
-    node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
+    node = _node(c, hw, k, stride)
     avx2 = default_depthwise_schedule(node, AVX2)
     assert (avx2.dense_columns, avx2.phase_rows) == (stride > 1, False)
     wide = default_depthwise_schedule(node, AVX512)
@@ -214,10 +217,8 @@ def test_zen3_takes_flat_planes_and_phase_rows_as_avx512_does(c, hw, k, stride, 
 
 
 def _assert_plan(c, hw, k, stride, spec, plan):
-    from compiler_core.frontend.onnx import import_model
     from compiler_core.kernels.depthwise import default_depthwise_schedule
-    model, _ = _model(c, hw, hw, k, stride, {"pads": [k // 2] * 4})
-    node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
+    node = _node(c, hw, k, stride)
     s = default_depthwise_schedule(node, spec)
     assert (s.flat, s.phase_rows, s.dense_columns) == (
         plan == "flat", plan == "phase rows", plan == "dense")
@@ -286,9 +287,7 @@ def test_avx2_edge_taps_blend_plain_loads_inside_the_input(c, hw, k, zen1, at_en
 def test_rows_of_taps_go_in_blocks_of_4_with_32_registers_and_2_with_16(c, hw, k, stride,
                                                                         avx512, avx2):
     """Only rows of taps take blocks: flat planes, dense columns and phase rows keep 1."""
-    from compiler_core.frontend.onnx import import_model
     from compiler_core.kernels.depthwise import default_depthwise_schedule
-    model, _ = _model(c, hw, hw, k, stride, {"pads": [k // 2] * 4})
-    node = next(n for n in import_model(model).nodes if n.op == "DepthwiseConv")
+    node = _node(c, hw, k, stride)
     assert default_depthwise_schedule(node, AVX512).row_block == avx512
     assert default_depthwise_schedule(node, AVX2).row_block == avx2
