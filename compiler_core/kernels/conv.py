@@ -227,9 +227,26 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
     sched = _default_packing(sched, node, shape, pieces, spec)
     if sched.split == "rows" and sched.pack:  # each row item packs all of B
         sched = dataclasses.replace(sched, blocks=min(sched.blocks, PACKED_ROW_BLOCKS))
-    if not sched.pack and sched.tiles.kc >= shape.K and rows_beat_wide(node, sched.tiles, lanes):
+    if ((not sched.pack or _stem_on_one_wide_port(node, spec)) and sched.tiles.kc >= shape.K
+            and rows_beat_wide(node, sched.tiles, lanes)):
         return rows_schedule(node, sched.tiles)
     return sched
+
+
+# Zen 4 (one 512-bit FMA a cycle) keeps packing B for most few-plane convs, but an image
+# stem runs faster by rows, reading its 3 planes in place, wherever rows_beat_wide holds.
+# AMD EPYC (LLVM: znver4), 1 thread, alone, packed -> by rows: 3 -> 64 3x3 at 224x224
+# (VGG-19) 2.85-2.93 -> 1.71-1.73 ms, 3x3 stride 2 at 111x111 (SqueezeNet) 0.57-0.60 ->
+# 0.43-0.44, 7x7 stride 2 at 112x112 (ResNet-50) 2.76-2.78 -> 2.25-2.36. In place without
+# rows it gains less or loses (2.41-2.49, 0.54-0.55, 2.50; AlexNet's 11x11 stride 4, whose
+# tile slice of B over all of k is past L1, 2.20 -> 2.25), and 16-plane 1x1 convs in place
+# lose at 112x112 (MobileNetV3, 0.276 -> 0.283 ms): those stay packed.
+STEM_MAX_PLANES = 4
+
+
+def _stem_on_one_wide_port(node, spec) -> bool:
+    return (spec.vector_bits >= 512 and not two_wide_fma_ports(spec)
+            and node.inputs[0].shape[1] // node.attrs["group"] <= STEM_MAX_PLANES)
 
 
 # By rows (kernels/conv_rows.py), Xeon (LLVM: rocketlake), 1 thread, each conv in its model,

@@ -429,7 +429,15 @@ def test_stems_go_by_rows_where_a_rows_vectors_span_no_more_than_the_wide_grid(c
         sched = default_conv_schedule(node, spec)
         assert sched.by_rows == by_rows, (c, oc, hw, k)
         assert any(s.by_rows != by_rows for s in conv_space(node, spec))  # the tuner may decide
-    # Zen 4 packs a stem's input for the wide GEMM: it keeps doing so
-    stem = conv_node(conv_model(n=1, c=3, oc=64, hw=224, k=3, stride=2))
-    zen4 = default_conv_schedule(stem, _avx512("znver4"))
-    assert zen4.pack and not zen4.by_rows
+
+
+def test_zen4_runs_image_stems_by_rows_and_packs_other_few_plane_convs():
+    spec = _avx512("znver4")
+    for c, oc, hw, k, stride, by_rows in ((3, 64, 224, 7, 2, True), (3, 64, 224, 3, 1, True),
+                                          (3, 64, 224, 3, 2, True),
+                                          # a tile's B over all of k (363) is past L1
+                                          (3, 96, 224, 11, 4, False),
+                                          (16, 64, 112, 1, 1, False)):
+        node = conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=k, stride=stride))
+        sched = default_conv_schedule(node, spec)
+        assert sched.by_rows == by_rows and sched.pack != by_rows, (c, hw, k, stride)
