@@ -233,6 +233,13 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
     return sched
 
 
+STEM_MAX_PLANES = 4  # input planes of an image stem (RGB, RGBA)
+
+
+def _image_stem(node) -> bool:
+    return node.inputs[0].shape[1] // node.attrs["group"] <= STEM_MAX_PLANES
+
+
 # Zen 4 (one 512-bit FMA a cycle) keeps packing B for most few-plane convs, but an image
 # stem runs faster by rows, reading its 3 planes in place, wherever rows_beat_wide holds.
 # AMD EPYC (LLVM: znver4), 1 thread, alone, packed -> by rows: 3 -> 64 3x3 at 224x224
@@ -241,12 +248,8 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
 # rows it gains less or loses (2.41-2.49, 0.54-0.55, 2.50; AlexNet's 11x11 stride 4, whose
 # tile slice of B over all of k is past L1, 2.20 -> 2.25), and 16-plane 1x1 convs in place
 # lose at 112x112 (MobileNetV3, 0.276 -> 0.283 ms): those stay packed.
-STEM_MAX_PLANES = 4
-
-
 def _stem_on_one_wide_port(node, spec) -> bool:
-    return (spec.vector_bits >= 512 and not two_wide_fma_ports(spec)
-            and node.inputs[0].shape[1] // node.attrs["group"] <= STEM_MAX_PLANES)
+    return spec.vector_bits >= 512 and not two_wide_fma_ports(spec) and _image_stem(node)
 
 
 # By rows (kernels/conv_rows.py), Xeon (LLVM: rocketlake), 1 thread, each conv in its model,
@@ -349,8 +352,8 @@ def _channel_vectors_pay(node, shape: GemmShape, lanes: int, spec) -> bool:
         return False
     x = node.inputs[0]
     if spec.vector_registers < 32:
-        if len(node.attrs["kernel_shape"]) == 2 and x.shape[1] // node.attrs["group"] <= 4:
-            return True  # an image stem
+        if len(node.attrs["kernel_shape"]) == 2 and _image_stem(node):
+            return True
         panels = -(-shape.M // (2 * lanes))
         if panels * x.nbytes > CHANNEL_VECTORS_MAX_REREAD_BYTES:
             return False
