@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .kernels.packed_gemm import strassen_layers
 from .passes.winograd_convs import winograd_layers
 from .version import __version__
 
@@ -80,6 +81,7 @@ def artifact_files(graph, target, opt_level, steps, so_bytes, stats, tuning,
         "layers": analysis["layers"],
         "sparse_layers": sparse_layers(graph),
         "winograd_layers": winograd_layers(graph),
+        "strassen_layers": strassen_layers(graph),
         "runtime_errors": [s.message for s in steps if s.error],  # code k -> entry k-1
         "op_histogram": graph.op_histogram(),
         "tuning": tuning_summary(tuning),

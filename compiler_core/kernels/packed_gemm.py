@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from .microkernel import PREFETCH_BYTES, Tile, TileOperands, emit_tile
 from .recurrent import L1_BYTES
 from .registry import lowering
 from .schedule import default_rule, search_space
+from . import strassen
 
 
 ROUND_IN_PARALLEL = 32768  # elements of A (int8 weights) rounded by both threads: >~10 us
@@ -54,6 +55,7 @@ class GemmSchedule:
     mc: int      # rows per work item (a multiple of mr)
     nc: int      # panels per work item
     rows_outer: bool = False  # row tiles outside the item's panels (module docstring)
+    strassen: bool = False    # seven half-size products (kernels/strassen.py); the knobs above are theirs
 
     @property
     def width(self) -> int:
@@ -79,6 +81,52 @@ TILE_ROWS_INTEL_TWO_FMA = 12
 @default_rule("PackedGemm")
 def default_gemm_schedule(node, spec) -> GemmSchedule:
     M, N, K = gemm_dims(node)
+    if _strassen_pays(M, N, K) and _one_wide_fma(spec):
+        return _strassen_schedule(M // 2, N // 2, K // 2, spec)
+    return _plain_schedule(M, N, K, spec)
+
+
+# Work items per product of Strassen's, at least: its halves have a half or a quarter of
+# the whole's items, and 5 (BERT's 64 x 576 quadrants) kept 2 threads at 1.0x of the plain
+# product; 6 to 8 equal items gave them back their 2-thread speed.
+STRASSEN_ITEMS = 8
+
+
+def _strassen_schedule(M: int, N: int, K: int, spec) -> GemmSchedule:
+    """The plain schedule of the half-size products, with groups of panels small enough
+    for STRASSEN_ITEMS work items."""
+    s = _plain_schedule(M, N, K, spec)
+    row_items = -(-max(1, M // s.mr) // (s.mc // s.mr))
+    panels = -(-N // s.width)
+    if row_items * -(-panels // s.nc) < STRASSEN_ITEMS:
+        s = replace(s, nc=max(1, -(-panels // -(-STRASSEN_ITEMS // row_items))))
+    return replace(s, strassen=True)
+
+
+# Strassen where its half-size products are still big GEMMs: measured gains on AMD EPYC
+# (LLVM: znver4) from 128 x 384 by 384 up (kernels/strassen.py). Only there so far: on AVX2
+# and on Intel's two-FMA cores it is a candidate for the tuner, not the default, until
+# measured there.
+STRASSEN_MIN_ROWS = 128
+STRASSEN_MIN_SIDE = 384  # K and N
+
+
+def _one_wide_fma(spec) -> bool:
+    """512-bit vectors at one FMA a cycle (Zen 4 and 5): the cores Strassen was measured on."""
+    return spec.vector_bits == 512 and not intel_two_fma_ports(spec)
+
+
+def _strassen_pays(M: int, N: int, K: int) -> bool:
+    return (strassen.fits(M, N, K) and M >= STRASSEN_MIN_ROWS
+            and min(N, K) >= STRASSEN_MIN_SIDE)
+
+
+def plain_gemm_schedule(node, spec) -> GemmSchedule:
+    """The default schedule without Strassen."""
+    return _plain_schedule(*gemm_dims(node), spec)
+
+
+def _plain_schedule(M: int, N: int, K: int, spec) -> GemmSchedule:
     lanes = spec.vector_bits // 32
     nr = 2 if N > lanes else 1
     if M < 4:  # few rows, too few accumulators to hide the FMA latency: more vectors per row
@@ -136,7 +184,16 @@ def _tile_rows(spec, nr: int) -> int:
 
 @search_space("PackedGemm")
 def gemm_space(node, spec) -> list[GemmSchedule]:
+    """The plain GEMM's knobs, and where the sizes allow, the same knobs for Strassen's
+    half-size products."""
     M, N, K = gemm_dims(node)
+    out = _plain_space(M, N, K, spec)
+    if strassen.fits(M, N, K) and min(M, N, K) >= 2 * spec.vector_bits // 32:
+        out += [replace(s, strassen=True) for s in _plain_space(M // 2, N // 2, K // 2, spec)]
+    return out
+
+
+def _plain_space(M: int, N: int, K: int, spec) -> list[GemmSchedule]:
     lanes = spec.vector_bits // 32
     out = []
     for nr in (1, 2, 3, 4):
@@ -152,6 +209,19 @@ def gemm_space(node, spec) -> list[GemmSchedule]:
                         if rows == 16 and nc > 1 and _a_slice_fits_l1(mr, kc):
                             out.append(GemmSchedule(mr, nr, lanes, kc, mc, nc, True))
     return out
+
+
+def strassen_layers(graph) -> list[dict]:
+    """For meta.json: the dense layers computed by Strassen's seven products."""
+    return [{"onnx_node": n.name, "gemm": dict(zip("MNK", gemm_dims(n)))}
+            for n in graph.nodes
+            if n.op == "PackedGemm" and n.schedule is not None and n.schedule.strassen]
+
+
+def a_sums_size(node) -> int:
+    """Elements of the scratch a Strassen schedule sums A's quadrants into."""
+    M, _, K = gemm_dims(node)
+    return len(strassen.A_SUMS) * (M // 2) * (K // 2)
 
 
 def activation_levels(pairs: int) -> int:
@@ -184,40 +254,118 @@ def lower_packed_gemm(node, kb, ins, outs):
     _PackedGemm(node, kb, ins, outs).emit()
 
 
+@dataclass(frozen=True)
+class _Write:
+    """Where a part's tiles go: Y(row0 + m, col0 + n), added with `sign` to what Y holds
+    unless `first`; the bias joins on the first write, residual and activation on the last."""
+    row0: int
+    col0: int
+    sign: int = 1
+    first: bool = True
+    last: bool = True
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One product the kernel computes: the whole GEMM, or one of Strassen's seven."""
+    a: object        # Buf: A (or its int16 pairs), or the scratch of A's quadrant sums
+    a_at: int        # flat index of the part's A(0, 0)
+    lda: int         # flat distance between its rows
+    w_at: int        # flat index of its first panel
+    writes: tuple
+
+
 class _PackedGemm:
     def __init__(self, node, kb, ins, outs):
         self.kb, self.s = kb, node.schedule
         self.a, self.w, self.bias, self.residual, self.scale = (ins + [None] * 3)[:5]
         self.y = outs[0]
-        self.M, self.N, self.K = gemm_dims(node)
+        M, self.ldy, K = gemm_dims(node)
         self.act = node.attrs.get("activation")
         self.tile = Tile(self.s.mr, self.s.nr, self.s.lanes)
-        self.panels = -(-self.N // self.s.width)
         # int8 weights: A as int16 pairs and its row scales; the reduction counts pairs
         self.integer = self.scale is not None
         self.pairs, self.row_scale = (outs[1], outs[2]) if self.integer else (None, None)
+        self.sums = outs[1] if self.s.strassen else None  # scratch (passes/pack_weights.py)
+        halve = 2 if self.s.strassen else 1
+        self.M, self.N, self.K = M // halve, self.ldy // halve, K // halve
+        self.panels = -(-self.N // self.s.width)
         self.k_steps = -(-self.K // 2) if self.integer else self.K
         self.kc = -(-self.s.kc // 2) if self.integer else self.s.kc
         self.chunks = -(-self.k_steps // self.kc)
+        self.parts = self._strassen_parts() if self.s.strassen else [self._whole()]
+
+    def _whole(self) -> _Part:
+        return _Part(self.pairs if self.integer else self.a, 0, self.k_steps, 0, (_Write(0, 0),))
+
+    def _strassen_parts(self) -> list[_Part]:
+        M, N, K = self.M, self.N, self.K
+        per_part = self.panels * K * self.s.width
+        parts = []
+        for i, p in enumerate(strassen.PRODUCTS):
+            writes = tuple(_Write(w.quadrant[0] * M, w.quadrant[1] * N, w.sign, w.first, w.last)
+                           for w in strassen.writes(i))
+            if len(p.a) == 1:  # a quadrant of A itself
+                a, a_at, lda = self.a, self._quadrant_at(p.a[0][1]), 2 * K
+            else:
+                a, a_at, lda = self.sums, strassen.A_SUMS.index(p.a) * M * K, K
+            parts.append(_Part(a, a_at, lda, i * per_part, writes))
+        return parts
 
     def emit(self):
+        if self.integer:
+            self._round_rows()
+        if self.s.strassen:
+            self._sum_a_quadrants()
+        self._emit_items()
+
+    def _emit_items(self):
+        """One parallel loop over work items (and one over the edge rows' panel groups);
+        an item runs every part over its rows and panels: Strassen's seven products of one
+        item touch the same places of each quadrant, so items never share a quadrant's
+        tile, and one parallel region does all seven (a region per product made the
+        kernel wait for a preempted thread seven times: BERT-128 at 2 threads beside a
+        busy loop 1.27x slower than the plain product, AMD EPYC, LLVM: znver4)."""
         s, kb = self.s, self.kb
         full_tiles = self.M // s.mr
         tiles_per_item = s.mc // s.mr
         row_items = -(-full_tiles // tiles_per_item) if full_tiles else 0
         panel_items = -(-self.panels // s.nc)
-        if self.integer:
-            self._round_rows()
         if row_items:
             with kb.loop(row_items * panel_items, kind="parallel", name="item") as item:
                 rb, pg = item // panel_items, item % panel_items
                 t0 = rb * tiles_per_item
                 t1 = minimum(t0 + tiles_per_item, as_expr(full_tiles))
-                self._item(pg, lambda body: self._rows(t0, t1, body), s.mr)
+                for part in self.parts:
+                    self._item(part, pg, lambda body: self._rows(t0, t1, body), s.mr)
         if self.M % s.mr:
             edge = as_expr(full_tiles)
             with kb.loop(panel_items, kind="parallel", name="pg") as pg:
-                self._item(pg, lambda body: body(edge), self.M % s.mr)
+                for part in self.parts:
+                    self._item(part, pg, lambda body: body(edge), self.M % s.mr)
+
+    def _quadrant_at(self, q) -> int:
+        """Flat index of A's quadrant q (row half, column half) in A."""
+        return q[0] * self.M * 2 * self.K + q[1] * self.K
+
+    def _sum_a_quadrants(self):
+        """The A operands of Strassen's products that are sums of quadrants, into scratch:
+        per row, vectors of the four quadrants loaded once for all five sums."""
+        kb, a, M, K, lanes = self.kb, self.a, self.M, self.K, self.s.lanes
+
+        def columns(m, k, valid):
+            quads = {q: kb.local(a.dtype, a.vec(self._quadrant_at(q) + m * 2 * K + k, lanes,
+                                                valid), "q", lanes)
+                     for q in (strassen.Q11, strassen.Q12, strassen.Q21, strassen.Q22)}
+            for i, ((_, q0), (sign, q1)) in enumerate(strassen.A_SUMS):
+                x, y = Get(quads[q0]), Get(quads[q1])
+                kb.store_flat(self.sums, (i * M + m) * K + k, x + y if sign > 0 else x - y,
+                              valid)
+        with kb.loop(M, kind="parallel", name="m") as m:
+            with kb.loop(K // lanes, name="v") as v:
+                columns(m, v * lanes, None)
+            if K % lanes:
+                columns(m, as_expr(K // lanes * lanes), K % lanes)
 
     def _round_rows(self):
         """Each row of A to int16 pairs: q = round(a / s) with s = max |a| / levels (s = 1
@@ -257,12 +405,12 @@ class _PackedGemm:
         with self.kb.loop(t1, start=t0, name="t") as t:
             body(t)
 
-    def _item(self, pg, over_rows, mr):
+    def _item(self, part, pg, over_rows, mr):
         """Every k chunk of one work item; chunks write partial sums, the last finishes."""
         for phase, c_range in self._chunk_phases():
             with _maybe_loop(self.kb, c_range) as c:
                 k_range = (c * self.kc, minimum(c * self.kc + self.kc, as_expr(self.k_steps)))
-                self._panels(pg, over_rows, mr, k_range, phase)
+                self._panels(part, pg, over_rows, mr, k_range, phase)
 
     def _chunk_phases(self):
         """(phase, chunk range): the first chunk starts from zero (or the bias), the last
@@ -275,7 +423,7 @@ class _PackedGemm:
             phases.append(("mid", (1, n - 1)))
         return phases + [("last", (n - 1, n))]
 
-    def _panels(self, pg, over_rows, mr, k_range, phase):
+    def _panels(self, part, pg, over_rows, mr, k_range, phase):
         s, kb = self.s, self.kb
         first = pg * s.nc
         full = self.N // s.width
@@ -283,65 +431,96 @@ class _PackedGemm:
         cols = self.N % s.width
         partial_group = (first + s.nc) > full  # the group that holds the partial panel
 
+        def tile(t, p, nr, cols_in_panel):
+            self._tile(part, t, p, mr, nr, cols_in_panel, k_range, phase)
+
         def partial(t):
-            self._tile(t, as_expr(full), mr, -(-cols // s.lanes), cols, k_range, phase)
+            tile(t, as_expr(full), -(-cols // s.lanes), cols)
         if s.rows_outer:
             def tile_over_group(t):  # its slice of A stays in L1 over the group's panels
                 with kb.loop(stop, start=first, name="p") as p:
-                    self._tile(t, p, mr, s.nr, s.width, k_range, phase)
+                    tile(t, p, s.nr, s.width)
                 if cols:
                     with kb.if_(partial_group):
                         partial(t)
             over_rows(tile_over_group)
             return
         with kb.loop(stop, start=first, name="p") as p:
-            over_rows(lambda t: self._tile(t, p, mr, s.nr, s.width, k_range, phase))
+            over_rows(lambda t: tile(t, p, s.nr, s.width))
         if cols:
             with kb.if_(partial_group):
                 over_rows(partial)
 
-    def _tile(self, t, p, mr, nr, cols, k_range, phase):
+    def _tile(self, part, t, p, mr, nr, cols, k_range, phase):
         """One register tile at row tile t, panel p; the panel has `cols` real columns."""
         s, K = self.s, self.k_steps
         row0 = t * s.mr
         # a reduction step reads one weight per column, or a pair of them
         per_step = s.width * (2 if self.integer else 1)
-        a = self.pairs if self.integer else self.a
-        ops = TileOperands(a, lambda ks: row0 * K + ks[0], tuple(i * K for i in range(s.mr)),
-                           self.w, lambda ks: (p * K + ks[0]) * per_step,
+        ops = TileOperands(part.a, lambda ks: part.a_at + row0 * part.lda + ks[0],
+                           tuple(i * part.lda for i in range(s.mr)),
+                           self.w, lambda ks: part.w_at + (p * K + ks[0]) * per_step,
                            PREFETCH_BYTES // self.w.dtype.itemsize)
         col0 = p * s.width
+        # one write adding into Y starts from it; several start from zero and add to each
+        # (int8 tiles sum integers of one chunk: they never start from Y)
+        alone = len(part.writes) == 1 and part.writes[0].sign > 0 and not self.integer
+        into = part.writes[0] if alone else None
 
         def valid(j):
             return min(s.lanes, cols - j * s.lanes)
-        emit_tile(self.kb, self.tile, [k_range], ops,
-                  lambda i, j: self._initial(phase, row0 + i, col0 + j * s.lanes, valid(j)),
-                  lambda i, j, v: self._store(phase, row0 + i, col0 + j * s.lanes, valid(j), v),
-                  mr=mr, nr=nr, pairs=self.integer)
 
-    def _initial(self, phase, m, n, valid) -> Expr:
+        def finish(i, j, v):
+            for w in part.writes:
+                self._store(w, w is into, phase, row0 + i, col0 + j * s.lanes, valid(j), v)
+        emit_tile(self.kb, self.tile, [k_range], ops,
+                  lambda i, j: self._initial(into, phase, row0 + i, col0 + j * s.lanes,
+                                             valid(j)),
+                  finish, mr=mr, nr=nr, pairs=self.integer)
+
+    def _at(self, w: _Write, m, n):
+        return (w.row0 + m) * self.ldy + w.col0 + n
+
+    def _initial(self, into, phase, m, n, valid) -> Expr:
         if self.integer:
-            return as_expr(0, INT32)  # int sums per chunk, added to the partial sums at its end
-        if phase in ("mid", "last"):
-            return self.y.vec(m * self.N + n, self.s.lanes, valid)
+            return as_expr(0, INT32)
+        if into is None:
+            return as_expr(0.0, self.y.dtype)
+        if _holds(into, phase):
+            return self.y.vec(self._at(into, m, n), self.s.lanes, valid)
         if self.bias is not None:
-            return self.bias.vec(n, self.s.lanes)  # padded to whole panels
+            return self.bias.vec(into.col0 + n, self.s.lanes)  # padded to whole panels
         return as_expr(0.0, self.y.dtype)
 
-    def _store(self, phase, m, n, valid, value):
-        lanes = self.s.lanes
+    def _store(self, w: _Write, started, phase, m, n, valid, value):
+        """Y += sign * the tile's vector (or the vector itself where the tile started from Y
+        or the bias), finished on the part's last write to Y."""
+        lanes, at = self.s.lanes, self._at(w, m, n)
         if self.integer:  # int8 weights: y = row scale * column scale * (qa . qw)
             scale = broadcast(self.row_scale.flat(m), lanes) * self.scale.vec(n, lanes)
             value = cast(value, self.y.dtype) * scale
-            if phase in ("mid", "last"):
-                value = value + self.y.vec(m * self.N + n, lanes, valid)
-            if phase in ("last", "only") and self.bias is not None:
-                value = value + self.bias.vec(n, lanes)
-        if phase in ("last", "only"):
+        if not started:
+            if _holds(w, phase):
+                held = self.y.vec(at, lanes, valid)
+                value = held + value if w.sign > 0 else held - value
+            elif w.sign < 0:
+                value = as_expr(0.0, self.y.dtype) - value
+            if _starts(w, phase) and self.bias is not None:
+                value = value + self.bias.vec(w.col0 + n, lanes)
+        if w.last and phase in ("last", "only"):
             if self.residual is not None:
-                value = value + self.residual.vec(m * self.N + n, self.s.lanes, valid)
+                value = value + self.residual.vec(at, lanes, valid)
             value = apply_activation(self.act, value)
-        self.kb.store_flat(self.y, m * self.N + n, value, valid)
+        self.kb.store_flat(self.y, at, value, valid)
+
+
+def _holds(w: _Write, phase: str) -> bool:
+    """Whether Y already holds partial sums of this write's quadrant."""
+    return not (w.first and phase in ("first", "only"))
+
+
+def _starts(w: _Write, phase: str) -> bool:
+    return w.first and phase in ("first", "only")
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from .fuse_elementwise import fuse_elementwise
 from .fuse_softmax import fuse_softmax
 from .pack_weights import pack_weights
 from .sparse_weights import use_sparse_weights_for
-from .weight_precision import store_weights_as
+from .weight_precision import plain_products, store_weights_as
 from .winograd_convs import use_winograd
 
 Pass = Callable[[Graph], Graph]
@@ -47,12 +47,13 @@ def get_pipeline(name: str, spec: MachineSpec | None = None) -> list[Pass]:
 def split_at_schedules(opt_level: int, spec: MachineSpec | None = None,
                        weight_dtype: str = "float32") -> tuple[list[Pass], list[Pass]]:
     """(passes up to and including assign_schedules, the passes after it): the autotuner
-    picks schedules in between, and finishes candidate nodes with the second list. Last
-    (it converts the packed layouts): the weights stored as `weight_dtype`
-    (passes/weight_precision.py)."""
+    picks schedules in between, and finishes candidate nodes with the second list. First
+    in it: int8 weights keep PackedGemm off Strassen's products; last (it converts the
+    packed layouts): the weights stored as `weight_dtype` (passes/weight_precision.py)."""
+    spec = spec or host_spec()
     passes = get_pipeline(f"O{min(max(opt_level, 0), 3)}", spec) + [store_weights_as(weight_dtype)]
     cut = next(i for i, p in enumerate(passes) if p.__name__ == "assign_schedules") + 1
-    return passes[:cut], passes[cut:]
+    return passes[:cut], [plain_products(weight_dtype, spec)] + passes[cut:]
 
 
 def run_pipeline(graph: Graph, opt_level: int, spec: MachineSpec | None = None,

@@ -29,7 +29,7 @@ import numpy as np
 from ..codegen.target_machine import MachineSpec
 from ..errors import CompileError
 from ..ir import Graph, Node, Value
-from ..kernels.packed_gemm import gemm_dims, pair_rows
+from ..kernels.packed_gemm import gemm_dims, pair_rows, plain_gemm_schedule
 
 WEIGHT_DTYPES = ("float32", "float16", "int8")
 RECURRENT = ("LSTM", "GRU", "RNN")
@@ -76,6 +76,19 @@ def quantize_int8(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     is 0 there anyway): kernels may divide by a scale."""
     scale = _int8_scale(np.max(np.abs(w), axis=axis, keepdims=True))
     return _to_int8(w, scale), np.squeeze(scale, axis)
+
+
+def plain_products(weight_dtype: str, spec: MachineSpec):
+    """A pass: with int8 weights every PackedGemm runs the plain product. Its integer tile
+    multiplies rows of A rounded on their own scales, and Strassen's products read sums of
+    A's quadrants (kernels/strassen.py). Runs before pack_weights, which follows the
+    schedule; float16 panels of Strassen's weight combinations are widened as any others."""
+    def plain_products(graph: Graph) -> Graph:
+        for n in graph.nodes:
+            if weight_dtype == "int8" and n.op == "PackedGemm" and n.schedule.strassen:
+                n.schedule = plain_gemm_schedule(n, spec)
+        return graph
+    return plain_products
 
 
 def _int8_scale(amax: np.ndarray) -> np.ndarray:

@@ -48,8 +48,9 @@ def gemm_loop_features(M: int, N: int, K: int, mr: int, nr: int, kc: int,
 
 def _packed_gemm(node: Node, s) -> list[float]:
     from ..kernels.packed_gemm import gemm_dims
-    M, N, K = gemm_dims(node)
-    return gemm_loop_features(M, N, K, s.mr, s.width, s.kc, s.mc, s.nc * s.width)
+    M, N, K = (d // 2 if s.strassen else d for d in gemm_dims(node))  # the loops' own sizes
+    return gemm_loop_features(M, N, K, s.mr, s.width, s.kc, s.mc, s.nc * s.width) + \
+        [float(s.strassen)]
 
 
 def _conv(node: Node, s) -> list[float]:
