@@ -35,7 +35,7 @@ import numpy as np
 from ..ir.loops import INT32, Expr, Get, as_expr, broadcast, call, cast, maximum, minimum, \
     reduce_lanes, select
 from .epilogue import apply_activation
-from .fma_ports import intel_two_fma_ports
+from .fma_ports import intel_two_fma_ports, two_wide_fma_ports
 from .microkernel import PREFETCH_BYTES, Tile, TileOperands, emit_tile
 from .recurrent import L1_BYTES
 from .registry import lowering
@@ -105,15 +105,15 @@ def _strassen_schedule(M: int, N: int, K: int, spec) -> GemmSchedule:
 
 # Strassen where its half-size products are still big GEMMs: measured gains on AMD EPYC
 # (LLVM: znver4) from 128 x 384 by 384 up (kernels/strassen.py). Only there so far: on AVX2
-# and on Intel's two-FMA cores it is a candidate for the tuner, not the default, until
-# measured there.
+# and on cores of two 512-bit FMAs a cycle (Intel's, Zen 5) it is a candidate for the
+# tuner, not the default, until measured there.
 STRASSEN_MIN_ROWS = 128
 STRASSEN_MIN_SIDE = 384  # K and N
 
 
 def _one_wide_fma(spec) -> bool:
-    """512-bit vectors at one FMA a cycle (Zen 4 and 5): the cores Strassen was measured on."""
-    return spec.vector_bits == 512 and not intel_two_fma_ports(spec)
+    """512-bit vectors at one FMA a cycle (Zen 4): the cores Strassen was measured on."""
+    return spec.vector_bits >= 512 and not two_wide_fma_ports(spec)
 
 
 def _strassen_pays(M: int, N: int, K: int) -> bool:

@@ -20,8 +20,15 @@ Why: a GEMM that already runs at the core's FMA peak can only get faster by doin
 multiplications. Half-size products run at the same rate as the whole one (AMD EPYC,
 LLVM: znver4, 1 thread: seven products of BERT's halves took 0.86-0.90x the time of the
 whole, 128 x 384 by 384 up to 512 x 1024 by 1024), so 7/8 of the FMAs is 10-12% less time.
-The price is accuracy: each output sums products of sums, about 2-4x the rounding error of
-the plain product (measured in tests/compiler_core/test_strassen.py).
+The price is accuracy: each output sums products of sums, about 1.5x the rounding error of
+the plain product (bounded at 4x in tests/compiler_core/test_strassen.py).
+
+What the overhead is, and what did not pay (same CPU, 1 thread, BERT's shapes): the sweep of
+A's sums costs 0.10-0.15 ms of a 4 ms product, the extra writes into Y another 0.05-0.2;
+each product's tiles adding the two quadrants of A as they broadcast them, instead of the
+sweep, ran 1.00-1.13x the plain product's time (the adds and broadcasts compete with the
+FMAs), and all seven products at each register tile's place (Y's four tiles kept in L1)
+1.01-1.08x (each product's W panel then comes from L2).
 """
 from __future__ import annotations
 

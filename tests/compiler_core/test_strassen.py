@@ -131,7 +131,8 @@ def test_zen4_takes_strassen_for_big_even_products_only(m, k, n, expected):
     assert default_gemm_schedule(_node(m, k, n), ZEN4).strassen is expected
 
 
-@pytest.mark.parametrize("cpu,features", [("znver3", AVX2), ("sapphirerapids", AVX512)])
+@pytest.mark.parametrize("cpu,features", [("znver3", AVX2), ("sapphirerapids", AVX512),
+                                          ("znver5", AVX512)])
 def test_cores_it_was_not_measured_on_keep_the_plain_product(cpu, features):
     spec = MachineSpec("x86_64-unknown-linux-gnu", cpu, features)
     assert not default_gemm_schedule(_node(384, 1536, 384), spec).strassen
