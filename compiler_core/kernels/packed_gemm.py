@@ -86,21 +86,24 @@ def default_gemm_schedule(node, spec) -> GemmSchedule:
     return _plain_schedule(M, N, K, spec)
 
 
-# Work items per product of Strassen's, at least: its halves have a half or a quarter of
-# the whole's items, and 5 (BERT's 64 x 576 quadrants) kept 2 threads at 1.0x of the plain
-# product; 6 to 8 equal items gave them back their 2-thread speed.
+# Work items of Strassen's products, at least, for the threads to share.
 STRASSEN_ITEMS = 8
 
 
 def _strassen_schedule(M: int, N: int, K: int, spec) -> GemmSchedule:
-    """The plain schedule of the half-size products, with groups of panels small enough
-    for STRASSEN_ITEMS work items."""
+    """The plain rule's register tile and k chunks for the half-size products; each work
+    item a few row tiles over all panels, row tiles outside the panels, so that a tile sums
+    its rows of A's quadrants once for every panel (into L1) while the part's weights stream
+    from L2. Against the plain rule's items and order, with A's five sums in one sweep
+    before the products (its stores missed the caches), AMD EPYC (LLVM: znver4), 1 | 2
+    threads, Strassen/plain product: 128 x 384 by 1536 0.95-0.96 -> 0.89 | 0.96 -> 0.89,
+    384 x 1536 by 384 0.96 -> 0.92-0.93 | 0.92 -> 0.92, 384 x 384 by 384 0.93-1.00 ->
+    0.90-0.94 | 0.93 -> 0.92; 1 thread, 512 x 1024 by 1024 0.88, 1024 x 1024 by 4096 0.85,
+    256 x 4096 by 4096 (64 MB of weights) 0.98."""
     s = _plain_schedule(M, N, K, spec)
-    row_items = -(-max(1, M // s.mr) // (s.mc // s.mr))
-    panels = -(-N // s.width)
-    if row_items * -(-panels // s.nc) < STRASSEN_ITEMS:
-        s = replace(s, nc=max(1, -(-panels // -(-STRASSEN_ITEMS // row_items))))
-    return replace(s, strassen=True)
+    tiles_per_item = max(1, (M // s.mr) // STRASSEN_ITEMS)
+    return replace(s, mc=s.mr * tiles_per_item, nc=-(-N // s.width), rows_outer=True,
+                   strassen=True)
 
 
 # Strassen where its half-size products are still big GEMMs: measured gains on AMD EPYC
@@ -218,12 +221,6 @@ def strassen_layers(graph) -> list[dict]:
             if n.op == "PackedGemm" and n.schedule is not None and n.schedule.strassen]
 
 
-def a_sums_size(node) -> int:
-    """Elements of the scratch a Strassen schedule sums A's quadrants into."""
-    M, _, K = gemm_dims(node)
-    return len(strassen.A_SUMS) * (M // 2) * (K // 2)
-
-
 def activation_levels(pairs: int) -> int:
     """The largest int16 an activation is rounded to, for int8 weights: a k chunk's int32
     sum of the products of `pairs` pairs of rows, |q| <= 127 each, must not overflow
@@ -268,11 +265,14 @@ class _Write:
 @dataclass(frozen=True)
 class _Part:
     """One product the kernel computes: the whole GEMM, or one of Strassen's seven."""
-    a: object        # Buf: A (or its int16 pairs), or the scratch of A's quadrant sums
+    a: object        # Buf: A (or its int16 pairs)
     a_at: int        # flat index of the part's A(0, 0)
     lda: int         # flat distance between its rows
     w_at: int        # flat index of its first panel
     writes: tuple
+    # A's operand is a sum: (flat distance of the other quadrant, its sign); each row tile
+    # sums its slice into a scratch on the stack before its panels (_fill_sums)
+    second: tuple | None = None
 
 
 class _PackedGemm:
@@ -286,7 +286,6 @@ class _PackedGemm:
         # int8 weights: A as int16 pairs and its row scales; the reduction counts pairs
         self.integer = self.scale is not None
         self.pairs, self.row_scale = (outs[1], outs[2]) if self.integer else (None, None)
-        self.sums = outs[1] if self.s.strassen else None  # scratch (passes/pack_weights.py)
         halve = 2 if self.s.strassen else 1
         self.M, self.N, self.K = M // halve, self.ldy // halve, K // halve
         self.panels = -(-self.N // self.s.width)
@@ -294,6 +293,8 @@ class _PackedGemm:
         self.kc = -(-self.s.kc // 2) if self.integer else self.s.kc
         self.chunks = -(-self.k_steps // self.kc)
         self.parts = self._strassen_parts() if self.s.strassen else [self._whole()]
+        self.sums = kb.scratch("a_sums", self.a.dtype, self.s.mr * self.s.kc) \
+            if self.s.strassen else None
 
     def _whole(self) -> _Part:
         return _Part(self.pairs if self.integer else self.a, 0, self.k_steps, 0, (_Write(0, 0),))
@@ -305,18 +306,16 @@ class _PackedGemm:
         for i, p in enumerate(strassen.PRODUCTS):
             writes = tuple(_Write(w.quadrant[0] * M, w.quadrant[1] * N, w.sign, w.first, w.last)
                            for w in strassen.writes(i))
-            if len(p.a) == 1:  # a quadrant of A itself
-                a, a_at, lda = self.a, self._quadrant_at(p.a[0][1]), 2 * K
-            else:
-                a, a_at, lda = self.sums, strassen.A_SUMS.index(p.a) * M * K, K
-            parts.append(_Part(a, a_at, lda, i * per_part, writes))
+            (_, q0), *rest = p.a
+            second = tuple((self._quadrant_at(q) - self._quadrant_at(q0), sign)
+                           for sign, q in rest) or (None,)
+            parts.append(_Part(self.a, self._quadrant_at(q0), 2 * K, i * per_part, writes,
+                               second[0]))
         return parts
 
     def emit(self):
         if self.integer:
             self._round_rows()
-        if self.s.strassen:
-            self._sum_a_quadrants()
         self._emit_items()
 
     def _emit_items(self):
@@ -348,24 +347,16 @@ class _PackedGemm:
         """Flat index of A's quadrant q (row half, column half) in A."""
         return q[0] * self.M * 2 * self.K + q[1] * self.K
 
-    def _sum_a_quadrants(self):
-        """The A operands of Strassen's products that are sums of quadrants, into scratch:
-        per row, vectors of the four quadrants loaded once for all five sums."""
-        kb, a, M, K, lanes = self.kb, self.a, self.M, self.K, self.s.lanes
-
-        def columns(m, k, valid):
-            quads = {q: kb.local(a.dtype, a.vec(self._quadrant_at(q) + m * 2 * K + k, lanes,
-                                                valid), "q", lanes)
-                     for q in (strassen.Q11, strassen.Q12, strassen.Q21, strassen.Q22)}
-            for i, ((_, q0), (sign, q1)) in enumerate(strassen.A_SUMS):
-                x, y = Get(quads[q0]), Get(quads[q1])
-                kb.store_flat(self.sums, (i * M + m) * K + k, x + y if sign > 0 else x - y,
-                              valid)
-        with kb.loop(M, kind="parallel", name="m") as m:
-            with kb.loop(K // lanes, name="v") as v:
-                columns(m, v * lanes, None)
-            if K % lanes:
-                columns(m, as_expr(K // lanes * lanes), K % lanes)
+    def _fill_sums(self, part, t, mr, k_range):
+        """Row tile t's rows of a sum of A's quadrants over the chunk, into the scratch
+        (mr x kc, in L1) its tiles read over the item's panels."""
+        kb, a, (k0, k1) = self.kb, self.a, k_range
+        distance, sign = part.second
+        for i in range(mr):
+            row = part.a_at + (t * self.s.mr + i) * part.lda
+            with kb.loop(k1, start=k0, name="k") as k:
+                x, y = a.flat(row + k), a.flat(row + distance + k)
+                kb.store_flat(self.sums, i * self.s.kc + k - k0, x + y if sign > 0 else x - y)
 
     def _round_rows(self):
         """Each row of A to int16 pairs: q = round(a / s) with s = max |a| / levels (s = 1
@@ -436,8 +427,10 @@ class _PackedGemm:
 
         def partial(t):
             tile(t, as_expr(full), -(-cols // s.lanes), cols)
-        if s.rows_outer:
+        if s.rows_outer or part.second:
             def tile_over_group(t):  # its slice of A stays in L1 over the group's panels
+                if part.second:
+                    self._fill_sums(part, t, mr, k_range)
                 with kb.loop(stop, start=first, name="p") as p:
                     tile(t, p, s.nr, s.width)
                 if cols:
@@ -457,8 +450,11 @@ class _PackedGemm:
         row0 = t * s.mr
         # a reduction step reads one weight per column, or a pair of them
         per_step = s.width * (2 if self.integer else 1)
-        ops = TileOperands(part.a, lambda ks: part.a_at + row0 * part.lda + ks[0],
-                           tuple(i * part.lda for i in range(s.mr)),
+        if part.second:  # the tile's rows of the sum, filled for this chunk
+            a, a_at, lda = self.sums, (lambda ks: ks[0] - k_range[0]), s.kc
+        else:
+            a, a_at, lda = part.a, (lambda ks: part.a_at + row0 * part.lda + ks[0]), part.lda
+        ops = TileOperands(a, a_at, tuple(i * lda for i in range(s.mr)),
                            self.w, lambda ks: part.w_at + (p * K + ks[0]) * per_step,
                            PREFETCH_BYTES // self.w.dtype.itemsize)
         col0 = p * s.width

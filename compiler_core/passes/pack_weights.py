@@ -2,8 +2,7 @@
 
 PackedGemm: W (K, N) becomes panels of the schedule's width (kernels/packed_gemm.py) and
 the bias is zero-padded to whole panels. With Strassen's schedule, the seven combinations
-of W's quadrants (kernels/strassen.py) are packed one after another, and the node gets the
-scratch for the sums of A's quadrants as a second output.
+of W's quadrants (kernels/strassen.py) are packed one after another.
 
 Conv:
 A register tile multiplies MR output channels (the schedule's tiles.mr) at a time and walks k; in W's own layout
@@ -25,7 +24,7 @@ from ..ir import Graph, Node, Value
 from ..kernels.conv import conv_gemm_shape
 from ..kernels.conv_skinny import pack_skinny_weights
 from ..kernels.matmul import SMALL_N
-from ..kernels.packed_gemm import a_sums_size, pack_panels
+from ..kernels.packed_gemm import pack_panels
 from ..kernels.strassen import weight_combinations
 
 
@@ -43,7 +42,7 @@ def _packed_dense(n: Node) -> Node:
         panels = np.stack([pack_panels(c, sched) for c in weight_combinations(w.const)])
     else:
         panels = pack_panels(w.const, sched)
-    inputs, outputs = list(n.inputs), list(n.outputs)
+    inputs = list(n.inputs)
     inputs[1] = Value(f"{w.name}_panels", panels.shape, w.dtype, const=panels)
     if bias is not None:
         # whole panels of the last columns a tile reads (Strassen's right half: N/2 more)
@@ -51,9 +50,7 @@ def _packed_dense(n: Node) -> Node:
         padded = np.zeros(size, bias.dtype)
         padded[:bias.shape[0]] = bias.const
         inputs[2] = Value(f"{bias.name}_padded", padded.shape, bias.dtype, const=padded)
-    if sched.strassen:
-        outputs.append(Value(f"{n.outputs[0].name}_a_sums", (a_sums_size(n),), np.float32))
-    return dataclasses.replace(n, inputs=inputs, outputs=outputs, attrs=dict(n.attrs, packed=True))
+    return dataclasses.replace(n, inputs=inputs, attrs=dict(n.attrs, packed=True))
 
 
 def _packable(n: Node) -> bool:
