@@ -38,9 +38,9 @@ from .epilogue import apply_activation
 from .fma_ports import intel_two_fma_ports, two_wide_fma_ports
 from .microkernel import PREFETCH_BYTES, Tile, TileOperands, emit_tile
 from .recurrent import L1_BYTES
+from . import strassen
 from .registry import lowering
 from .schedule import default_rule, search_space
-from . import strassen
 
 
 ROUND_IN_PARALLEL = 32768  # elements of A (int8 weights) rounded by both threads: >~10 us
@@ -311,10 +311,12 @@ class _PackedGemm:
             writes = tuple(_Write(w.quadrant[0] * M, w.quadrant[1] * N, w.sign, w.first, w.last)
                            for w in strassen.writes(i))
             (_, q0), *rest = p.a
-            second = tuple((self._quadrant_at(q) - self._quadrant_at(q0), sign)
-                           for sign, q in rest) or (None,)
+            second = None
+            if rest:  # a sum of two quadrants
+                sign, q1 = rest[0]
+                second = (self._quadrant_at(q1) - self._quadrant_at(q0), sign)
             parts.append(_Part(self.a, self._quadrant_at(q0), 2 * K, i * per_part, writes,
-                               second[0]))
+                               second))
         return parts
 
     def emit(self):
@@ -503,10 +505,11 @@ class _PackedGemm:
             if _holds(w, phase):
                 held = self.y.vec(at, lanes, valid)
                 value = held + value if w.sign > 0 else held - value
-            elif w.sign < 0:
-                value = as_expr(0.0, self.y.dtype) - value
-            if _starts(w, phase) and self.bias is not None:
-                value = value + self.bias.vec(w.col0 + n, lanes)
+            else:
+                if w.sign < 0:
+                    value = as_expr(0.0, self.y.dtype) - value
+                if self.bias is not None:
+                    value = value + self.bias.vec(w.col0 + n, lanes)
         if w.last and phase in ("last", "only"):
             if self.residual is not None:
                 value = value + self.residual.vec(at, lanes, valid)
@@ -517,10 +520,6 @@ class _PackedGemm:
 def _holds(w: _Write, phase: str) -> bool:
     """Whether Y already holds partial sums of this write's quadrant."""
     return not (w.first and phase in ("first", "only"))
-
-
-def _starts(w: _Write, phase: str) -> bool:
-    return w.first and phase in ("first", "only")
 
 
 @contextlib.contextmanager
