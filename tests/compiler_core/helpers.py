@@ -10,6 +10,8 @@ import onnxruntime as ort
 from onnx import helper
 
 import compiler_core as cc
+from compiler_core.ir import Graph, Node, Value
+from compiler_core.passes.dense_weights import use_packed_gemm
 
 
 # LLVM feature strings of x86 cores with 256-bit and 512-bit vectors: MachineSpec(triple,
@@ -95,3 +97,12 @@ def disassembly(art, objdump="objdump") -> list[str]:
         out = subprocess.run([objdump, "-d", "--no-show-raw-insn", f"{d}/model.so"],
                              capture_output=True, text=True, check=True).stdout
     return out.splitlines()
+
+
+def packed_gemm_node(m: int, k: int, n: int):
+    """The PackedGemm node of an m x k by constant k x n MatMul, before its schedule."""
+    a = Value("a", (m, k), np.float32)
+    w = Value("w", (k, n), np.float32, const=rand(k, n))
+    g = Graph([a], [Value("y", (m, n), np.float32)], [], "g")
+    g.nodes = [Node("MatMul", [a, w], g.outputs)]
+    return use_packed_gemm(g).nodes[0]

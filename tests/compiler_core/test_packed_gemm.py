@@ -8,12 +8,11 @@ from onnx import helper
 
 import compiler_core as cc
 from compiler_core.codegen.target_machine import MachineSpec, host_spec
-from compiler_core.ir import Graph, Node, Value
+from compiler_core.ir import Value
 from compiler_core.kernels.packed_gemm import default_gemm_schedule, gemm_space, pack_panels, \
     plain_gemm_schedule
-from compiler_core.passes.dense_weights import use_packed_gemm
 
-from .helpers import AVX2, AVX512, assert_matches, make_model, rand
+from .helpers import AVX2, AVX512, assert_matches, make_model, packed_gemm_node, rand
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 64, 10), (5, 7, 3), (13, 33, 50), (64, 300, 130),
@@ -63,17 +62,9 @@ def test_two_threads_give_the_same_result():
     np.testing.assert_array_equal(one, two)
 
 
-def _node(m, k, n):
-    a = Value("a", (m, k), np.float32)
-    w = Value("w", (k, n), np.float32, const=rand(k, n))
-    g = Graph([a], [Value("y", (m, n), np.float32)], [], "g")
-    g.nodes = [Node("MatMul", [a, w], g.outputs)]
-    return use_packed_gemm(g).nodes[0]
-
-
 def test_every_schedule_in_the_space_is_correct():
     """A sample of the autotuner's space: every candidate must compute the same product."""
-    node = _node(23, 70, 45)
+    node = packed_gemm_node(23, 70, 45)
     space = gemm_space(node, host_spec())
     assert default_gemm_schedule(node, host_spec()) is not None and len(space) > 20
     a = rand(23, 70)
@@ -101,16 +92,16 @@ def _run_with_schedule(node, sched, a):
                                       ("znver3", 6)])
 def test_intel_two_fma_cores_take_tiles_of_twelve_rows_two_vectors_wide(cpu, rows):
     spec = MachineSpec("x86_64-unknown-linux-gnu", cpu, AVX2 if cpu == "znver3" else AVX512)
-    ffn = default_gemm_schedule(_node(384, 64, 1536), spec)
+    ffn = default_gemm_schedule(packed_gemm_node(384, 64, 1536), spec)
     assert (ffn.mr, ffn.nr) == (rows, 2)
     assert ffn.mc % ffn.mr == 0
-    narrow = default_gemm_schedule(_node(384, 64, spec.vector_bits // 32), spec)
+    narrow = default_gemm_schedule(packed_gemm_node(384, 64, spec.vector_bits // 32), spec)
     assert (narrow.mr, narrow.nr) == (6 if cpu == "znver3" else 8, 1)
 
 
 @pytest.mark.parametrize("m", [12, 23, 130])
 def test_twelve_row_tiles_are_right_on_every_edge(m):
-    node = _node(m, 70, 45)
+    node = packed_gemm_node(m, 70, 45)
     lanes = host_spec().vector_bits // 32
     sched = dataclasses.replace(default_gemm_schedule(node, host_spec()), mr=12, nr=2,
                                 mc=60, nc=-(-45 // (2 * lanes)))
@@ -121,7 +112,7 @@ def test_twelve_row_tiles_are_right_on_every_edge(m):
 
 def test_panels_hold_columns_in_tile_order():
     w = np.arange(12, dtype=np.float32).reshape(3, 4)
-    sched = dataclasses.replace(default_gemm_schedule(_node(8, 3, 4), host_spec()), nr=1,
+    sched = dataclasses.replace(default_gemm_schedule(packed_gemm_node(8, 3, 4), host_spec()), nr=1,
                                 lanes=2)
     p = pack_panels(w, sched)
     assert p.shape == (2, 3, 2)
@@ -130,21 +121,21 @@ def test_panels_hold_columns_in_tile_order():
 
 def test_avx2_long_reductions_of_many_rows_take_whole_k_and_a_panel_an_item():
     avx2 = MachineSpec("x86_64-unknown-linux-gnu", "znver3", AVX2)
-    ffn_out = default_gemm_schedule(_node(384, 1536, 384), avx2)
+    ffn_out = default_gemm_schedule(packed_gemm_node(384, 1536, 384), avx2)
     assert (ffn_out.kc, ffn_out.mc, ffn_out.nc, ffn_out.rows_outer) == (1536, 384, 1, False)
-    one_panel = default_gemm_schedule(_node(384, 1536, 16), avx2)  # rows split for threads
+    one_panel = default_gemm_schedule(packed_gemm_node(384, 1536, 16), avx2)  # rows split for threads
     assert (one_panel.kc, one_panel.mc, one_panel.nc) == (1536, 96, 1)
-    for old in (default_gemm_schedule(_node(384, 384, 1536), avx2),  # A's slice fits L1
-                default_gemm_schedule(_node(128, 1536, 384), avx2),  # few rows
+    for old in (default_gemm_schedule(packed_gemm_node(384, 384, 1536), avx2),  # A's slice fits L1
+                default_gemm_schedule(packed_gemm_node(128, 1536, 384), avx2),  # few rows
                 # (Zen 4 takes Strassen's products here: its plain rule)
-                plain_gemm_schedule(_node(384, 1536, 384),
+                plain_gemm_schedule(packed_gemm_node(384, 1536, 384),
                                     MachineSpec(avx2.triple, "znver4", AVX512))):
         assert old.kc == 384 and old.mc <= 96 and not old.rows_outer
 
 
 @pytest.mark.parametrize("m,n,nc", [(301, 100, 3), (40, 100, 7), (13, 16, 1)])
 def test_row_tiles_outside_the_panels_are_right_on_every_edge(m, n, nc):
-    node = _node(m, 40, n)
+    node = packed_gemm_node(m, 40, n)
     sched = dataclasses.replace(default_gemm_schedule(node, host_spec()), nr=2, mc=24, nc=nc,
                                 rows_outer=True)
     a = rand(m, 40)

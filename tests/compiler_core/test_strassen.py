@@ -7,12 +7,10 @@ from onnx import helper
 
 import compiler_core as cc
 from compiler_core.codegen.target_machine import MachineSpec, host_spec
-from compiler_core.ir import Graph, Node, Value
 from compiler_core.kernels import strassen
 from compiler_core.kernels.packed_gemm import default_gemm_schedule, gemm_space
-from compiler_core.passes.dense_weights import use_packed_gemm
 
-from .helpers import AVX2, AVX512, make_model, rand
+from .helpers import AVX2, AVX512, make_model, packed_gemm_node, rand
 
 
 @pytest.fixture
@@ -97,28 +95,18 @@ def test_avx2_code_matches_too():
 
 
 @pytest.mark.usefixtures("strassen_on_this_host")
-def test_rounding_error_stays_within_a_few_times_the_plain_products():
+def test_rounding_error_stays_within_a_few_times_the_plain_products(monkeypatch):
     from compiler_core.kernels import packed_gemm
     model, w, b = _dense_model(256, 1536, 384)
     a, r = rand(256, 1536, seed=7), rand(256, 384, seed=8)
     want = _reference(a, w, b, r, None)
-    err = {}
-    for name, pays in (("strassen", packed_gemm._strassen_pays), ("plain", lambda *_: False)):
-        original = packed_gemm._strassen_pays
-        packed_gemm._strassen_pays = pays
-        try:
-            err[name] = np.abs(_run(cc.compile(model), {"a": a, "r": r}, 1) - want).max()
-        finally:
-            packed_gemm._strassen_pays = original
-    assert err["strassen"] <= 4 * err["plain"], err
 
-
-def _node(m, k, n):
-    a = Value("a", (m, k), np.float32)
-    w = Value("w", (k, n), np.float32, const=rand(k, n))
-    g = Graph([a], [Value("y", (m, n), np.float32)], [], "g")
-    g.nodes = [Node("MatMul", [a, w], g.outputs)]
-    return use_packed_gemm(g).nodes[0]
+    def error():
+        return np.abs(_run(cc.compile(model), {"a": a, "r": r}, 1) - want).max()
+    strassen_error = error()
+    monkeypatch.setattr(packed_gemm, "_strassen_pays", lambda *_: False)
+    plain_error = error()
+    assert strassen_error <= 4 * plain_error, (strassen_error, plain_error)
 
 
 ZEN4 = MachineSpec("x86_64-unknown-linux-gnu", "znver4", AVX512)
@@ -128,29 +116,29 @@ ZEN4 = MachineSpec("x86_64-unknown-linux-gnu", "znver4", AVX512)
                                             (64, 384, 384, False), (128, 256, 1024, False),
                                             (129, 384, 384, False), (1, 4096, 4096, False)])
 def test_zen4_takes_strassen_for_big_even_products_only(m, k, n, expected):
-    assert default_gemm_schedule(_node(m, k, n), ZEN4).strassen is expected
+    assert default_gemm_schedule(packed_gemm_node(m, k, n), ZEN4).strassen is expected
 
 
 @pytest.mark.parametrize("cpu,features", [("znver3", AVX2), ("sapphirerapids", AVX512),
                                           ("znver5", AVX512)])
 def test_cores_it_was_not_measured_on_keep_the_plain_product(cpu, features):
     spec = MachineSpec("x86_64-unknown-linux-gnu", cpu, features)
-    assert not default_gemm_schedule(_node(384, 1536, 384), spec).strassen
-    assert any(s.strassen for s in gemm_space(_node(384, 1536, 384), spec))
+    assert not default_gemm_schedule(packed_gemm_node(384, 1536, 384), spec).strassen
+    assert any(s.strassen for s in gemm_space(packed_gemm_node(384, 1536, 384), spec))
 
 
 def test_strassen_items_are_many_enough_for_the_threads():
     """BERT-128's FFN input, 128 x 384 by 1536: halves of 64 rows in one row item."""
-    s = default_gemm_schedule(_node(128, 384, 1536), ZEN4)
+    s = default_gemm_schedule(packed_gemm_node(128, 384, 1536), ZEN4)
     assert s.strassen
     panels = -(-768 // s.width)
     assert -(-64 // s.mc) * -(-panels // s.nc) >= 6
 
 
 def test_the_search_space_offers_both_forms():
-    space = gemm_space(_node(128, 384, 384), host_spec())
+    space = gemm_space(packed_gemm_node(128, 384, 384), host_spec())
     assert any(s.strassen for s in space) and any(not s.strassen for s in space)
-    assert not any(s.strassen for s in gemm_space(_node(23, 70, 45), host_spec()))
+    assert not any(s.strassen for s in gemm_space(packed_gemm_node(23, 70, 45), host_spec()))
 
 
 @pytest.mark.usefixtures("strassen_on_this_host")
