@@ -81,7 +81,7 @@ TILE_ROWS_INTEL_TWO_FMA = 12
 @default_rule("PackedGemm")
 def default_gemm_schedule(node, spec) -> GemmSchedule:
     M, N, K = gemm_dims(node)
-    if _strassen_pays(M, N, K) and _one_wide_fma(spec):
+    if _strassen_pays(M, N, K) and _strassen_measured(spec):
         return _strassen_schedule(M // 2, N // 2, K // 2, spec)
     return _plain_schedule(M, N, K, spec)
 
@@ -95,32 +95,53 @@ STRASSEN_KC = 768
 
 
 def _strassen_schedule(M: int, N: int, K: int, spec) -> GemmSchedule:
-    """The plain rule's register tile and k chunks for the half-size products; each work
-    item a few row tiles over all panels, row tiles outside the panels, so that a tile sums
-    its rows of A's quadrants once for every panel (into L1) while the part's weights stream
-    from L2. Against the plain rule's items and order, with A's five sums in one sweep
-    before the products (its stores missed the caches), AMD EPYC (LLVM: znver4), 1 | 2
-    threads, Strassen/plain product: 128 x 384 by 1536 0.95-0.96 -> 0.89 | 0.96 -> 0.89,
+    """The plain rule's register tile for the half-size products; each work item a few row
+    tiles over a group of panels, row tiles outside the panels, so that a tile sums its rows
+    of A's quadrants once for every panel of the group (into L1) while the group's weights
+    stream from L2. Against the plain rule's items and order, with A's five sums in one
+    sweep before the products (its stores missed the caches), AMD EPYC (LLVM: znver4), 1 |
+    2 threads, Strassen/plain product: 128 x 384 by 1536 0.95-0.96 -> 0.89 | 0.96 -> 0.89,
     384 x 1536 by 384 0.96 -> 0.92-0.93 | 0.92 -> 0.92, 384 x 384 by 384 0.93-1.00 ->
     0.90-0.94 | 0.93 -> 0.92; 1 thread, 512 x 1024 by 1024 0.88, 1024 x 1024 by 4096 0.85,
     256 x 4096 by 4096 (64 MB of weights) 0.98."""
     s = _plain_schedule(M, N, K, spec)
     tiles_per_item = max(1, (M // s.mr) // STRASSEN_ITEMS)
-    return replace(s, kc=math.ceil(K / math.ceil(K / STRASSEN_KC)), mc=s.mr * tiles_per_item,
-                   nc=-(-N // s.width), rows_outer=True, strassen=True)
+    kc = math.ceil(K / math.ceil(K / STRASSEN_KC))
+    panels = -(-N // s.width)
+    fit = max(STRASSEN_MIN_PANELS, _strassen_w_slice(spec) // (kc * s.width * 4))
+    groups = -(-panels // min(panels, fit))
+    return replace(s, kc=kc, mc=s.mr * tiles_per_item, nc=-(-panels // groups),
+                   rows_outer=True, strassen=True)
+
+
+# Bytes of weights an item of Strassen's streams over a k chunk, at most (its group of
+# panels): all of BERT's on Zen 4 (590 KB of a 1 MB L2: a smaller group ran its FFN output
+# 0.97 against 0.91 of the plain product, AVX2 code on the same core); half of a Zen 2/3
+# L2 elsewhere (AVX2 code on Zen 4, groups of 256 KB and 128 KB: 0.89-0.96 and 0.92-0.97 of
+# the plain product on BERT's shapes, where all panels gave 0.88-0.91).
+STRASSEN_MIN_PANELS = 4
+
+
+def _strassen_w_slice(spec) -> int:
+    return 640 * 1024 if _one_wide_fma(spec) else 256 * 1024
 
 
 # Strassen where its half-size products are still big GEMMs: measured gains on AMD EPYC
-# (LLVM: znver4) from 128 x 384 by 384 up (kernels/strassen.py). Only there so far: on AVX2
-# and on cores of two 512-bit FMAs a cycle (Intel's, Zen 5) it is a candidate for the
-# tuner, not the default, until measured there.
+# (LLVM: znver4) from 128 x 384 by 384 up (kernels/strassen.py), in its AVX-512 code and in
+# its AVX2 code (x86-64-v3: 0.86-0.92 of the plain product on BERT's shapes, 1 and 2
+# threads; the FMA rate of a Zen 3 core). On cores of two 512-bit FMAs a cycle (Intel's,
+# Zen 5) and on Arm it is a candidate for the tuner, not the default, until measured there.
 STRASSEN_MIN_ROWS = 128
 STRASSEN_MIN_SIDE = 384  # K and N
 
 
 def _one_wide_fma(spec) -> bool:
-    """512-bit vectors at one FMA a cycle (Zen 4): the cores Strassen was measured on."""
+    """512-bit vectors at one FMA a cycle (Zen 4)."""
     return spec.vector_bits >= 512 and not two_wide_fma_ports(spec)
+
+
+def _strassen_measured(spec) -> bool:
+    return _one_wide_fma(spec) or (spec.arch == "x86_64" and spec.vector_bits == 256)
 
 
 def _strassen_pays(M: int, N: int, K: int) -> bool:

@@ -120,14 +120,14 @@ def test_panels_hold_columns_in_tile_order():
 
 
 def test_avx2_long_reductions_of_many_rows_take_whole_k_and_a_panel_an_item():
+    """The plain rule (these products take Strassen's by default: test_strassen.py)."""
     avx2 = MachineSpec("x86_64-unknown-linux-gnu", "znver3", AVX2)
-    ffn_out = default_gemm_schedule(packed_gemm_node(384, 1536, 384), avx2)
+    ffn_out = plain_gemm_schedule(packed_gemm_node(384, 1536, 384), avx2)
     assert (ffn_out.kc, ffn_out.mc, ffn_out.nc, ffn_out.rows_outer) == (1536, 384, 1, False)
-    one_panel = default_gemm_schedule(packed_gemm_node(384, 1536, 16), avx2)  # rows split for threads
+    one_panel = plain_gemm_schedule(packed_gemm_node(384, 1536, 16), avx2)  # rows split for threads
     assert (one_panel.kc, one_panel.mc, one_panel.nc) == (1536, 96, 1)
-    for old in (default_gemm_schedule(packed_gemm_node(384, 384, 1536), avx2),  # A's slice fits L1
-                default_gemm_schedule(packed_gemm_node(128, 1536, 384), avx2),  # few rows
-                # (Zen 4 takes Strassen's products here: its plain rule)
+    for old in (plain_gemm_schedule(packed_gemm_node(384, 384, 1536), avx2),  # A's slice fits L1
+                plain_gemm_schedule(packed_gemm_node(128, 1536, 384), avx2),  # few rows
                 plain_gemm_schedule(packed_gemm_node(384, 1536, 384),
                                     MachineSpec(avx2.triple, "znver4", AVX512))):
         assert old.kc == 384 and old.mc <= 96 and not old.rows_outer

@@ -15,9 +15,9 @@ from .helpers import AVX2, AVX512, make_model, packed_gemm_node, rand
 
 @pytest.fixture
 def strassen_on_this_host(monkeypatch):
-    """The compiled tests take Strassen on any host (the default takes it on Zen 4/5 only)."""
+    """The compiled tests take Strassen on any host (the default: Zen 4 and AVX2 cores)."""
     from compiler_core.kernels import packed_gemm
-    monkeypatch.setattr(packed_gemm, "_one_wide_fma", lambda spec: True)
+    monkeypatch.setattr(packed_gemm, "_strassen_measured", lambda spec: True)
 
 
 def _dense_model(m, k, n, act=None):
@@ -119,12 +119,22 @@ def test_zen4_takes_strassen_for_big_even_products_only(m, k, n, expected):
     assert default_gemm_schedule(packed_gemm_node(m, k, n), ZEN4).strassen is expected
 
 
-@pytest.mark.parametrize("cpu,features", [("znver3", AVX2), ("sapphirerapids", AVX512),
-                                          ("znver5", AVX512)])
+@pytest.mark.parametrize("cpu,features", [("sapphirerapids", AVX512), ("znver5", AVX512)])
 def test_cores_it_was_not_measured_on_keep_the_plain_product(cpu, features):
     spec = MachineSpec("x86_64-unknown-linux-gnu", cpu, features)
     assert not default_gemm_schedule(packed_gemm_node(384, 1536, 384), spec).strassen
     assert any(s.strassen for s in gemm_space(packed_gemm_node(384, 1536, 384), spec))
+
+
+def test_avx2_cores_take_strassen_with_groups_of_panels_within_a_small_l2():
+    """BERT-128's FFN input on AVX2: 768 columns in panels of 16; an item's panels of its
+    192 k stay within 256 KB, where Zen 4 takes all of them (590 KB)."""
+    avx2 = MachineSpec("x86_64-unknown-linux-gnu", "znver3", AVX2)
+    s = default_gemm_schedule(packed_gemm_node(128, 384, 1536), avx2)
+    assert s.strassen and s.rows_outer
+    assert s.kc * s.nc * s.width * 4 <= 256 * 1024 < s.kc * 768 * 4
+    zen4 = default_gemm_schedule(packed_gemm_node(128, 384, 1536), ZEN4)
+    assert zen4.nc * zen4.width == 768
 
 
 def test_strassen_items_are_many_enough_for_the_threads():
