@@ -102,8 +102,8 @@ def _strassen_schedule(M: int, N: int, K: int, spec) -> GemmSchedule:
     sweep before the products (its stores missed the caches), AMD EPYC (LLVM: znver4), 1 |
     2 threads, Strassen/plain product: 128 x 384 by 1536 0.95-0.96 -> 0.89 | 0.96 -> 0.89,
     384 x 1536 by 384 0.96 -> 0.92-0.93 | 0.92 -> 0.92, 384 x 384 by 384 0.93-1.00 ->
-    0.90-0.94 | 0.93 -> 0.92; 1 thread, 512 x 1024 by 1024 0.88, 1024 x 1024 by 4096 0.85,
-    256 x 4096 by 4096 (64 MB of weights) 0.98."""
+    0.90-0.94 | 0.93 -> 0.92; 512 x 1024 by 1024 0.89 | 0.86, 1024 x 1024 by 4096 0.85 |
+    0.82, 128 x 4096 by 1024 1.00 | 0.90, 256 x 4096 by 4096 (64 MB of weights) 0.95 | -."""
     s = _plain_schedule(M, N, K, spec)
     tiles_per_item = max(1, (M // s.mr) // STRASSEN_ITEMS)
     kc = math.ceil(K / math.ceil(K / STRASSEN_KC))
