@@ -13,6 +13,8 @@ Loop nest (GotoBLAS order, every size a schedule knob):
 or, with `rows_outer`, row tiles outside the group's panels: each tile's mr x kc slice of A
 stays in L1 while the group's kc x nc panels stream from L2.
 The last M % mr rows and a last partial panel get edge tiles of the same nest.
+With `strassen` the nest runs seven half-size products (kernels/strassen.py), all of them
+in each work item, their tiles adding into the quadrants of Y.
 
 Weights may be stored as float16 or int8 (passes/weight_precision.py). float16 ones the
 tile widens in registers. int8 ones come with a scale per packed column (input 4) and are

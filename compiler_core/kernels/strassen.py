@@ -2,19 +2,20 @@
 
 Split A (M x K), W (K x N) and Y (M x N) in quadrants (halves of each dimension):
 
-    P1 = (A11 + Q22)(W11 + W22)    -> Y11 +, Y22 +
-    P2 = (A21 + Q22) W11           -> Y21 +, Y22 -
+    P1 = (A11 + A22)(W11 + W22)    -> Y11 +, Y22 +
+    P2 = (A21 + A22) W11           -> Y21 +, Y22 -
     P3 = A11 (W12 - W22)           -> Y12 +, Y22 +
     P4 = A22 (W21 - W11)           -> Y11 +, Y21 +
-    P5 = (A11 + Q12) W22           -> Y11 -, Y12 +
-    P6 = (A21 - Q11)(W11 + W12)    -> Y22 +
-    P7 = (A12 - Q22)(W21 + W22)    -> Y11 +
+    P5 = (A11 + A12) W22           -> Y11 -, Y12 +
+    P6 = (A21 - A11)(W11 + W12)    -> Y22 +
+    P7 = (A12 - A22)(W21 + W22)    -> Y11 +
 
 W is constant, so its seven combinations are computed and packed at compile time (7/4 of
-the weights' bytes); the five sums of A quadrants go to scratch in one parallel sweep
-before the products; each product's register tiles add themselves, with their signs, into
-the quadrants of Y that need them, so no product is ever stored on its own. The first
-product to write a quadrant adds the bias, the last applies residual and activation.
+the weights' bytes); a product whose A is a sum of two quadrants has each register tile's
+rows of the sum computed into L1 before the tile runs over its panels; each product's
+register tiles add themselves, with their signs, into the quadrants of Y that need them,
+so no product is ever stored on its own. The first product to write a quadrant adds the
+bias, the last applies residual and activation (kernels/packed_gemm.py).
 
 Why: a GEMM that already runs at the core's FMA peak can only get faster by doing fewer
 multiplications. Half-size products run at the same rate as the whole one (AMD EPYC,
@@ -23,12 +24,13 @@ whole, 128 x 384 by 384 up to 512 x 1024 by 1024), so 7/8 of the FMAs is 10-12% 
 The price is accuracy: each output sums products of sums, about 1.5x the rounding error of
 the plain product (bounded at 4x in tests/compiler_core/test_strassen.py).
 
-What the overhead is, and what did not pay (same CPU, 1 thread, BERT's shapes): the sweep of
-A's sums costs 0.10-0.15 ms of a 4 ms product, the extra writes into Y another 0.05-0.2;
-each product's tiles adding the two quadrants of A as they broadcast them, instead of the
-sweep, ran 1.00-1.13x the plain product's time (the adds and broadcasts compete with the
-FMAs), and all seven products at each register tile's place (Y's four tiles kept in L1)
-1.01-1.08x (each product's W panel then comes from L2).
+What did not pay (same CPU, 1 thread, BERT's shapes): one parallel sweep of all five sums
+of A into scratch before the products (0.10-0.3 ms of a 4 ms product: its 3 MB of stores
+missed the caches); each product's tiles adding the two quadrants of A as they broadcast
+them, 1.00-1.13x the plain product's time (the adds and broadcasts compete with the FMAs);
+all seven products at each register tile's place (Y's four tiles kept in L1), 1.01-1.08x
+(each product's W panel then comes from L2). The extra writes into Y (12 tiles against 4)
+still cost 0.05-0.2 ms of a 4 ms product where k is short (K/2 = 192).
 """
 from __future__ import annotations
 
@@ -56,9 +58,6 @@ PRODUCTS = (
     Product(((1, Q21), (-1, Q11)), ((1, Q11), (1, Q12)), ((Q22, 1),)),
     Product(((1, Q12), (-1, Q22)), ((1, Q21), (1, Q22)), ((Q11, 1),)),
 )
-
-# the products' A operands that are sums of two quadrants, in the order of their scratch
-A_SUMS = tuple(p.a for p in PRODUCTS if len(p.a) == 2)
 
 
 @dataclass(frozen=True)
