@@ -70,6 +70,12 @@ def gemm_dims(node) -> tuple[int, int, int]:
     return math.prod(a.shape[:-1]), y.shape[-1], a.shape[-1]
 
 
+def loop_dims(node, schedule: GemmSchedule) -> tuple[int, int, int]:
+    """(M, N, K) of the products the loops of `schedule` run: halved for Strassen's."""
+    halve = 2 if schedule.strassen else 1
+    return tuple(d // halve for d in gemm_dims(node))
+
+
 # Rows of a register tile two vectors wide: 6 with 16 vector registers, 8 with 32, and 12
 # (24 accumulators, as ONNX Runtime's AVX-512 SGEMM kernel has) on Intel's two-FMA cores,
 # where each tile row's broadcast of A and the tile's B vectors compete with two FMAs a
@@ -116,15 +122,15 @@ def _strassen_schedule(M: int, N: int, K: int, spec) -> GemmSchedule:
                    rows_outer=True, strassen=True)
 
 
-# Bytes of weights an item of Strassen's streams over a k chunk, at most (its group of
-# panels): all of BERT's on Zen 4 (590 KB of a 1 MB L2: a smaller group ran its FFN output
-# 0.97 against 0.91 of the plain product, AVX2 code on the same core); half of a Zen 2/3
-# L2 elsewhere (AVX2 code on Zen 4, groups of 256 KB and 128 KB: 0.89-0.96 and 0.92-0.97 of
-# the plain product on BERT's shapes, where all panels gave 0.88-0.91).
-STRASSEN_MIN_PANELS = 4
+STRASSEN_MIN_PANELS = 4  # per group, whatever the weights' bytes
 
 
 def _strassen_w_slice(spec) -> int:
+    """Bytes of weights an item of Strassen's streams over a k chunk, at most (its group of
+    panels): all of BERT's on Zen 4 (590 KB of a 1 MB L2: a smaller group ran its FFN output
+    0.97 against 0.91 of the plain product, AVX2 code on the same core); half of a Zen 2/3
+    L2 elsewhere (AVX2 code on Zen 4, groups of 256 KB and 128 KB: 0.89-0.96 and 0.92-0.97
+    of the plain product on BERT's shapes, where all panels gave 0.88-0.91)."""
     return 640 * 1024 if _one_wide_fma(spec) else 256 * 1024
 
 
@@ -307,14 +313,13 @@ class _PackedGemm:
         self.kb, self.s = kb, node.schedule
         self.a, self.w, self.bias, self.residual, self.scale = (ins + [None] * 3)[:5]
         self.y = outs[0]
-        M, self.ldy, K = gemm_dims(node)
+        self.ldy = gemm_dims(node)[1]  # Y's row: N of the whole product
         self.act = node.attrs.get("activation")
         self.tile = Tile(self.s.mr, self.s.nr, self.s.lanes)
         # int8 weights: A as int16 pairs and its row scales; the reduction counts pairs
         self.integer = self.scale is not None
         self.pairs, self.row_scale = (outs[1], outs[2]) if self.integer else (None, None)
-        halve = 2 if self.s.strassen else 1
-        self.M, self.N, self.K = M // halve, self.ldy // halve, K // halve
+        self.M, self.N, self.K = loop_dims(node, self.s)
         self.panels = -(-self.N // self.s.width)
         self.k_steps = -(-self.K // 2) if self.integer else self.K
         self.kc = -(-self.s.kc // 2) if self.integer else self.s.kc

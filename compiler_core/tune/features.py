@@ -47,8 +47,8 @@ def gemm_loop_features(M: int, N: int, K: int, mr: int, nr: int, kc: int,
 
 
 def _packed_gemm(node: Node, s) -> list[float]:
-    from ..kernels.packed_gemm import gemm_dims
-    M, N, K = (d // 2 if s.strassen else d for d in gemm_dims(node))  # the loops' own sizes
+    from ..kernels.packed_gemm import loop_dims
+    M, N, K = loop_dims(node, s)
     return gemm_loop_features(M, N, K, s.mr, s.width, s.kc, s.mc, s.nc * s.width) + \
         [float(s.strassen)]
 
