@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .kernels.packed_gemm import strassen_layers
+from .passes.blocked_layout import blocked_layers
 from .passes.winograd_convs import winograd_layers
 from .version import __version__
 
@@ -82,6 +83,7 @@ def artifact_files(graph, target, opt_level, steps, so_bytes, stats, tuning,
         "sparse_layers": sparse_layers(graph),
         "winograd_layers": winograd_layers(graph),
         "strassen_layers": strassen_layers(graph),
+        "blocked_layers": blocked_layers(graph),
         "runtime_errors": [s.message for s in steps if s.error],  # code k -> entry k-1
         "op_histogram": graph.op_histogram(),
         "tuning": tuning_summary(tuning),

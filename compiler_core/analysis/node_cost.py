@@ -53,7 +53,7 @@ class Cost:
 
 ZERO = Cost(0, 0, 0, 0)
 MOVEMENT = {"Reshape", "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements",
-            "GatherND", "Pad", "ConvPad", "Copy", "Expand", "Tile", "Identity", "Squeeze",
+            "GatherND", "Pad", "ConvPad", "PadBlocked", "Copy", "Expand", "Tile", "Identity", "Squeeze",
             "Unsqueeze", "Flatten", "Cast", "ScatterND", "ScatterElements", "ReverseSequence",
             "RepeatAlongAxis", "OneHot", "Trilu", "BitCast", "DepthToSpace", "SpaceToDepth",
             "Unreachable"}
@@ -107,6 +107,13 @@ def _conv_with_residual(node: Node) -> int:
     with the direct kernels': an effective rate above the peak) and DepthwiseConv; inputs:
     x, weights, bias, residual."""
     return _conv(node, (2, 3))
+
+
+def _conv_blocked(node: Node) -> int:
+    """ConvBlocked: blocked tensors (N, C / x, H, W, x), one group; inputs as WinogradConv's."""
+    taps = int(np.prod(node.attrs["kernel_shape"], dtype=np.int64))
+    channels = node.inputs[0].shape[1] * node.inputs[0].shape[-1]
+    return 2 * _out(node) * channels * taps + _epilogue(node, (2, 3))
 
 
 def _sparse_gemm(node: Node) -> int:
@@ -163,7 +170,7 @@ def _fused(node: Node) -> int:
 
 
 FLOP_RULES = {"Conv": _conv, "DepthwiseConv": _conv_with_residual,
-              "WinogradConv": _conv_with_residual,
+              "WinogradConv": _conv_with_residual, "ConvBlocked": _conv_blocked,
               "ConvTranspose": _conv_transpose,
               "MatMul": _matmul, "Gemm": _gemm, "PackedGemm": _packed_gemm,
               "SparseGemm": _sparse_gemm, "RowPool": _pool,

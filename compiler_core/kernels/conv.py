@@ -183,6 +183,10 @@ class ConvSchedule:
     # into y, with no wide scratch to crop; the work items are `blocks` runs of rows of each
     # (image, group) plane
     by_rows: bool = False
+    # True: the conv runs in the blocked layout (kernels/conv_blocked.py, put there by
+    # passes/blocked_layout.py) in tiles of `positions` output positions by `vectors`
+    # vectors of output channels; the GEMM knobs above are then unused
+    blocked: bool = False
 
 
 def conv_gemm_shape(node) -> tuple[GemmShape, int]:
@@ -201,6 +205,44 @@ def conv_wide(node):
 
 @default_rule("Conv")
 def default_conv_schedule(node, spec) -> ConvSchedule:
+    """Blocked where passes/blocked_layout.py chose the blocked layout for the conv."""
+    sched = _plain_layout_schedule(node, spec)
+    if node.attrs.get("layout") == "blocked":
+        return blocked_schedule(sched, node, spec)
+    return sched
+
+
+def blocked_candidate(node, spec) -> bool:
+    """Whether the conv may run blocked: it can, and in the plain layout it would run as
+    the implicit GEMM (channel vectors and Winograd beat the blocked kernel where they are
+    the default: see kernels/conv_blocked.py)."""
+    if not blocked_eligible(node, spec.vector_bits // 32):
+        return False
+    sched = _plain_layout_schedule(node, spec)
+    return not (sched.lanes or sched.winograd or sched.by_rows)
+
+
+def blocked_eligible(node, lanes: int) -> bool:
+    """A 2-D conv of one group whose channels fill whole vectors, with constant float32
+    weights, outside any branch."""
+    x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    return (len(node.attrs["kernel_shape"]) == 2 and node.attrs["group"] == 1
+            and not node.guards and w.is_const and w.dtype == np.float32
+            and x.dtype == np.float32 and x.shape[1] % lanes == 0
+            and y.shape[1] % lanes == 0)
+
+
+def blocked_schedule(base: ConvSchedule, node, spec, vectors: int = 2) -> ConvSchedule:
+    """Tiles of `vectors` channel blocks by as many positions as the registers hold
+    beside them (14 by 2 with 32 registers, 6 by 2 with 16)."""
+    lanes = spec.vector_bits // 32
+    vectors = min(vectors, node.outputs[0].shape[1] // lanes)
+    positions = min(BLOCKED_MAX_POSITIONS, (spec.vector_registers - 1 - vectors) // vectors)
+    return ConvSchedule(base.tiles, parallel=base.parallel, vectors=vectors,
+                        positions=positions, blocked=True)
+
+
+def _plain_layout_schedule(node, spec) -> ConvSchedule:
     shape, pieces = conv_gemm_shape(node)
     lanes = spec.vector_bits // 32
     tiles = _wide_tiles(default_tiles(shape, lanes), shape, spec)
@@ -233,6 +275,7 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
     return sched
 
 
+BLOCKED_MAX_POSITIONS = 14
 STEM_MAX_PLANES = 4  # input planes of an image stem (RGB, RGBA)
 
 
@@ -772,6 +815,9 @@ def conv_space(node, spec) -> list[ConvSchedule]:
     shapes = TILE_SHAPES + (WIDE_TILE_SHAPES if spec.vector_registers >= 32 else ())
     tile_shapes = [(mr, v * lanes) for mr, v in shapes]
     base = default_conv_schedule(node, spec)
+    if base.blocked:  # the layout is the graph's choice: the tuner tunes the tiles within it
+        return [base] + [blocked_schedule(base, node, spec, v) for v in (1, 3)
+                         if blocked_schedule(base, node, spec, v) != base]
     out = [base] if base.lanes else []
     if base.pack:  # the tuner measures whether packing pays
         out.append(dataclasses.replace(base, pack=False))

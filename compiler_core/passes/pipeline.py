@@ -7,6 +7,7 @@ from ..codegen.target_machine import MachineSpec, host_spec
 from ..ir import Graph
 from .assign_schedules import assign_schedules_for
 from .conv_panels import add_conv_panels
+from .blocked_layout import choose_blocked_layout_for, use_blocked_layout_for
 from .cse import eliminate_common_subexpressions
 from .dense_weights import use_packed_gemm
 from .dce import eliminate_dead_code
@@ -29,8 +30,8 @@ PIPELINES: dict[str, list] = {
     "O0": [finalize_outputs, eliminate_dead_code, assign_schedules_for],
     "O1": [eliminate_dead_code, fold_batchnorm, use_packed_gemm, fuse_activation,
            eliminate_common_subexpressions, use_sparse_weights_for, finalize_outputs,
-           eliminate_dead_code, assign_schedules_for, use_winograd, pack_weights,
-           add_conv_panels],
+           eliminate_dead_code, choose_blocked_layout_for, assign_schedules_for, use_winograd,
+           use_blocked_layout_for, pack_weights, add_conv_panels],
 }
 PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise, fuse_epilogue, fuse_softmax,
                                      defer_softmax_division]

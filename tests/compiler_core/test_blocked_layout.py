@@ -1,0 +1,229 @@
+"""The NCHW[x]c layout: the ConvBlocked kernel, the regions that take it, the rewrite."""
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import compiler_core as cc
+from compiler_core.analysis.node_cost import node_flops
+from compiler_core.codegen.target_machine import host_spec
+from compiler_core.frontend.onnx import import_model
+from compiler_core.kernels import conv
+from compiler_core.passes import blocked_layout
+from compiler_core.passes.pipeline import run_pipeline, split_at_schedules
+
+from .helpers import make_model, rand
+
+LANES = host_spec().vector_bits // 32
+
+
+@pytest.fixture
+def every_conv_blocked(monkeypatch):
+    """Every conv that can be blocked is, in regions of any size: the kernel tests reach
+    shapes (few channels, channel vectors' small planes) the default leaves plain."""
+    monkeypatch.setattr(blocked_layout, "blocked_candidate",
+                        lambda node, spec: conv.blocked_eligible(node, spec.vector_bits // 32))
+    monkeypatch.setattr(blocked_layout, "BLOCKED_MIN_FLOPS_PER_ELEMENT", 0)
+
+
+def _conv_model(c, oc, hw, kernel, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1),
+                act=None, residual=False):
+    """y = act(conv(x) + b [+ r]) on an NCHW input of c channels at hw x hw."""
+    w, b = rand(oc, c, *kernel, seed=1) * 0.2, rand(oc, seed=2)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=list(kernel),
+                              strides=list(strides), pads=list(pads), dilations=list(dilations))]
+    last = "c"
+    if residual:
+        nodes.append(helper.make_node("Add", [last, "r"], ["s"]))
+        last = "s"
+    if act == "Relu":
+        nodes.append(helper.make_node("Relu", [last], ["y"]))
+    elif act == "SiLU":
+        nodes += [helper.make_node("Sigmoid", [last], ["g"]),
+                  helper.make_node("Mul", [last, "g"], ["y"])]
+    else:
+        nodes.append(helper.make_node("Identity", [last], ["y"]))
+    out = [(hw + pads[d] + pads[d + 2] - dilations[d] * (kernel[d] - 1) - 1) // strides[d] + 1
+           for d in (0, 1)]
+    inputs = [("x", np.float32, [1, c, hw, hw])]
+    return make_model(nodes, inputs + ([("r", np.float32, [1, oc, *out])] if residual else []),
+                      [("y", np.float32, [1, oc, *out])], [("w", w), ("b", b)]), w, b, out
+
+
+def _reference(x, w, b, strides, pads, dilations, act, r=None):
+    """float64 direct convolution."""
+    oc, c, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh = (xp.shape[2] - dilations[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (xp.shape[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
+    y = np.zeros((1, oc, oh, ow)) + b.reshape(1, -1, 1, 1)
+    for i in range(kh):
+        for j in range(kw):
+            r0, c0 = i * dilations[0], j * dilations[1]
+            patch = xp[:, :, r0:r0 + strides[0] * (oh - 1) + 1:strides[0],
+                       c0:c0 + strides[1] * (ow - 1) + 1:strides[1]]
+            y += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j].astype(np.float64))
+    if r is not None:
+        y += r
+    if act == "Relu":
+        y = np.maximum(y, 0)
+    elif act == "SiLU":
+        y = y / (1 + np.exp(-y))
+    return y
+
+
+def _run(artifact, feeds, threads):
+    with tempfile.TemporaryDirectory() as d:
+        artifact.save(d)
+        return cc.load(d, threads=threads).run(feeds)["y"]
+
+
+# channels: whole panels of two vectors, and an odd count of vectors (a last panel of one);
+# planes: rows split into pieces (40: 14 + 13 + 13), short rows two to a tile (7, and 7
+# from 13 by stride 2)
+CASES = [
+    dict(c=2 * LANES, oc=4 * LANES, hw=40, kernel=(1, 1)),
+    dict(c=LANES, oc=3 * LANES, hw=21, kernel=(3, 3), pads=(1, 1, 1, 1), act="Relu"),
+    dict(c=2 * LANES, oc=2 * LANES, hw=17, kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1),
+         act="SiLU", residual=True),
+    dict(c=LANES, oc=LANES, hw=7, kernel=(3, 3), pads=(1, 1, 1, 1), residual=True),
+    dict(c=LANES, oc=2 * LANES, hw=13, kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1)),
+    dict(c=3 * LANES, oc=2 * LANES, hw=28, kernel=(1, 1), strides=(2, 2)),
+    dict(c=LANES, oc=2 * LANES, hw=19, kernel=(5, 3), pads=(2, 0, 1, 2), dilations=(2, 1)),
+]
+
+
+@pytest.mark.usefixtures("every_conv_blocked")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['c']}-{c['oc']}-{c['hw']}-{c['kernel']}"
+                         f"-s{c.get('strides', (1, 1))[0]}")
+def test_blocked_conv_matches_the_direct_convolution_at_one_and_two_threads(case):
+    strides, pads = case.get("strides", (1, 1)), case.get("pads", (0, 0, 0, 0))
+    dilations, act = case.get("dilations", (1, 1)), case.get("act")
+    model, w, b, out = _conv_model(case["c"], case["oc"], case["hw"], case["kernel"], strides,
+                                   pads, dilations, act, case.get("residual", False))
+    artifact = cc.compile(model)
+    assert len(artifact.meta["blocked_layers"]) == 1
+    feeds = {"x": rand(1, case["c"], case["hw"], case["hw"], seed=3)}
+    if case.get("residual"):
+        feeds["r"] = rand(1, case["oc"], *out, seed=4)
+    want = _reference(feeds["x"], w, b, strides, pads, dilations, act, feeds.get("r"))
+    one = _run(artifact, feeds, 1)
+    np.testing.assert_array_equal(one, _run(artifact, feeds, 2))
+    assert np.abs(one - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.usefixtures("every_conv_blocked")
+def test_avx2_code_matches_too():
+    case = CASES[2]
+    model, w, b, out = _conv_model(8 * 2, 8 * 3, 17, (3, 3), (2, 2), (1, 1, 1, 1),
+                                   act="SiLU", residual=True)
+    artifact = cc.compile(model, target="x86-64-v3")
+    assert artifact.meta["blocked_layers"]
+    feeds = {"x": rand(1, 16, 17, 17, seed=3), "r": rand(1, 24, *out, seed=4)}
+    want = _reference(feeds["x"], w, b, case["strides"], case["pads"], (1, 1), "SiLU", feeds["r"])
+    assert np.abs(_run(artifact, feeds, 2) - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def _chain(channels: int, hw: int, convs: int, squeeze: int | None = None):
+    """A chain of 1x1 convs with ReLU, through a concat of two branches in the middle;
+    `squeeze`: every other conv narrows to that many channels (SqueezeNet's fire modules:
+    little work per element)."""
+    nodes, inits, last, c = [], [], "x", channels
+    for i in range(convs):
+        oc = squeeze if squeeze and i % 2 == 0 else channels
+        inits.append((f"w{i}", rand(oc, c, 1, 1, seed=i) * 0.1))
+        nodes += [helper.make_node("Conv", [last, f"w{i}"], [f"c{i}"]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        last, c = f"r{i}", oc
+        if i == convs // 2:  # two branches concatenated over channels
+            inits.append(("wb", rand(c, c, 1, 1, seed=99) * 0.1))
+            nodes += [helper.make_node("Conv", [last, "wb"], ["branch"]),
+                      helper.make_node("Concat", [last, "branch"], ["cat"], axis=1)]
+            inits.append((f"wj{i}", rand(c, 2 * c, 1, 1, seed=98) * 0.1))
+            nodes.append(helper.make_node("Conv", ["cat", f"wj{i}"], ["joined"]))
+            last = "joined"
+    nodes.append(helper.make_node("Identity", [last], ["y"]))
+    return make_model(nodes, [("x", np.float32, [1, channels, hw, hw])],
+                      [("y", np.float32, [1, c, hw, hw])], inits)
+
+
+def _final_graph(model):
+    spec = host_spec()
+    return run_pipeline(import_model(model, None), 3, spec)
+
+
+def test_a_chain_of_wide_convs_stays_blocked_from_end_to_end():
+    model = _chain(256, 28, 6)
+    graph = _final_graph(model)
+    ops = [n.op for n in graph.nodes]
+    assert ops.count("ConvBlocked") == 8
+    assert ops.count("Transpose") == 2  # into the layout once, out of it once
+    concat = next(n for n in graph.nodes if n.op == "Concat")
+    assert len(concat.outputs[0].shape) == 5
+    x = rand(1, 256, 28, 28, seed=7)
+    want = cc.compile(model, opt_level=0).run({"x": x})["y"]
+    got = cc.compile(model).run({"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def _region(model):
+    """The graph as the layout choice sees it, and its one region."""
+    graph = import_model(model, None)
+    for p in split_at_schedules(3, host_spec())[0]:
+        if p.__name__ == "choose_blocked_layout":
+            break
+        graph = p(graph)
+    members = [n for n in graph.nodes if n.op in ("Conv", "Concat")]
+    (region,) = blocked_layout._regions(graph, members)
+    return graph, region
+
+
+def test_regions_of_little_work_per_converted_element_stay_plain():
+    model = _chain(64, 28, 6, squeeze=16)
+    graph, region = _region(model)
+    assert 0 < blocked_layout.flops_per_converted_element(region, graph) < \
+        blocked_layout.BLOCKED_MIN_FLOPS_PER_ELEMENT
+    assert not any(n.op == "ConvBlocked" for n in _final_graph(model).nodes)
+
+
+def test_region_work_counts_each_conversion_once():
+    graph, region = _region(_chain(256, 28, 6))
+    flops = sum(node_flops(n) for n in region if n.op == "Conv")
+    # x in, y out: 256 x 28 x 28 elements each
+    assert blocked_layout.flops_per_converted_element(region, graph) == flops / (2 * 256 * 784)
+
+
+def test_a_marked_convs_default_and_search_space_are_blocked():
+    model = _chain(256, 28, 2)
+    spec = host_spec()
+    before, _ = split_at_schedules(3, spec)
+    graph = import_model(model, None)
+    for p in before:
+        graph = p(graph)
+    node = next(n for n in graph.nodes if n.op == "Conv")
+    assert node.attrs["layout"] == "blocked" and node.schedule.blocked
+    space = conv.conv_space(node, spec)
+    assert space[0] == node.schedule and all(s.blocked for s in space)
+    assert {s.vectors for s in space} == {1, 2, 3}
+
+
+def test_the_blocked_conv_counts_the_conv_flops():
+    model = _chain(256, 28, 2)
+    plain = import_model(model, None)
+    for p in split_at_schedules(3, host_spec())[0]:
+        plain = p(plain)
+    blocked = _final_graph(model)
+    want = [node_flops(n) for n in plain.nodes if n.op == "Conv"]
+    assert [node_flops(n) for n in blocked.nodes if n.op == "ConvBlocked"] == want
+
+
+def test_grouped_and_odd_channel_convs_are_not_eligible():
+    model, *_ = _conv_model(LANES + 1, 2 * LANES, 14, (3, 3), pads=(1, 1, 1, 1))
+    graph = import_model(model, None)
+    node = next(n for n in graph.nodes if n.op == "Conv")
+    assert not conv.blocked_eligible(node, LANES)
+    onnx.checker.check_model(model)
