@@ -232,13 +232,19 @@ def blocked_eligible(node, lanes: int) -> bool:
             and y.shape[1] % lanes == 0)
 
 
-def blocked_schedule(base: ConvSchedule, node, spec, vectors: int = 2) -> ConvSchedule:
+def blocked_schedule(base: ConvSchedule, node, spec, vectors: int = 2,
+                     split: str | None = None) -> ConvSchedule:
     """Tiles of `vectors` channel blocks by as many positions as the registers hold
-    beside them (14 by 2 with 32 registers, 6 by 2 with 16)."""
+    beside them (14 by 2 with 32 registers, 6 by 2 with 16). `split` as for the GEMM:
+    "columns", work items of output rows that run every panel of output channels in turn
+    (the input read once: by default where it is bigger than the weights), or "rows",
+    items of a panel for a group of rows (the weights read once)."""
     lanes = spec.vector_bits // 32
     vectors = min(vectors, node.outputs[0].shape[1] // lanes)
     positions = min(BLOCKED_MAX_POSITIONS, (spec.vector_registers - 1 - vectors) // vectors)
-    return ConvSchedule(base.tiles, parallel=base.parallel, vectors=vectors,
+    if split is None:
+        split = "columns" if node.inputs[0].nbytes > node.inputs[1].nbytes else "rows"
+    return ConvSchedule(base.tiles, split=split, parallel=base.parallel, vectors=vectors,
                         positions=positions, blocked=True)
 
 
@@ -816,8 +822,9 @@ def conv_space(node, spec) -> list[ConvSchedule]:
     tile_shapes = [(mr, v * lanes) for mr, v in shapes]
     base = default_conv_schedule(node, spec)
     if base.blocked:  # the layout is the graph's choice: the tuner tunes the tiles within it
-        return [base] + [blocked_schedule(base, node, spec, v) for v in (1, 3)
-                         if blocked_schedule(base, node, spec, v) != base]
+        others = {blocked_schedule(base, node, spec, v, split) for v in (1, 2, 3)
+                  for split in ("columns", "rows")} - {base}
+        return [base] + sorted(others, key=lambda s: (s.vectors, s.split))
     out = [base] if base.lanes else []
     if base.pack:  # the tuner measures whether packing pays
         out.append(dataclasses.replace(base, pack=False))

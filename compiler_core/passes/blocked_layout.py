@@ -196,11 +196,10 @@ class _Rewrite:
         ins = [xb, weights, bias, None if residual is None else self._as_blocked(residual)]
         keep = {k: attrs[k] for k in ("strides", "dilations", "kernel_shape", "activation")
                 if k in attrs}
-        # the operand read more often stays in cache: see BlockedConvSchedule.rows_outer
-        rows_outer = xb.nbytes > w.nbytes
         self.nodes.append(Node("ConvBlocked", ins, [yb], keep, name=conv.name,
                                schedule=BlockedConvSchedule(sched.vectors, sched.positions,
-                                                            sched.parallel, rows_outer),
+                                                            sched.parallel,
+                                                            sched.split == "columns"),
                                sources=conv.onnx_nodes))
         self.blocked[y] = yb
         self.unplain.add(y)

@@ -100,7 +100,12 @@ CASES = [
 @pytest.mark.usefixtures("every_conv_blocked")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['c']}-{c['oc']}-{c['hw']}-{c['kernel']}"
                          f"-s{c.get('strides', (1, 1))[0]}")
-def test_blocked_conv_matches_the_direct_convolution_at_one_and_two_threads(case):
+@pytest.mark.parametrize("split", ["columns", "rows"])
+def test_blocked_conv_matches_the_direct_convolution_at_one_and_two_threads(case, split,
+                                                                            monkeypatch):
+    default = conv.blocked_schedule
+    monkeypatch.setattr(conv, "blocked_schedule",
+                        lambda base, node, spec: default(base, node, spec, split=split))
     strides, pads = case.get("strides", (1, 1)), case.get("pads", (0, 0, 0, 0))
     dilations, act = case.get("dilations", (1, 1)), case.get("act")
     model, w, b, out = _conv_model(case["c"], case["oc"], case["hw"], case["kernel"], strides,
@@ -208,7 +213,9 @@ def test_a_marked_convs_default_and_search_space_are_blocked():
     assert node.attrs["layout"] == "blocked" and node.schedule.blocked
     space = conv.conv_space(node, spec)
     assert space[0] == node.schedule and all(s.blocked for s in space)
-    assert {s.vectors for s in space} == {1, 2, 3}
+    assert {(s.vectors, s.split) for s in space} == \
+        {(v, split) for v in (1, 2, 3) for split in ("columns", "rows")}
+    assert len(space) == 6
 
 
 def test_the_blocked_conv_counts_the_conv_flops():
