@@ -28,9 +28,9 @@ from __future__ import annotations
 import itertools
 import math
 
+from ..analysis.node_cost import node_flops
 from ..codegen.target_machine import MachineSpec
 from ..ir import Graph, Node, Value
-from ..analysis.node_cost import node_flops
 from ..kernels.conv import blocked_candidate
 from ..kernels.conv_blocked import BlockedConvSchedule, pack_blocked_weights
 from .dce import eliminate_dead_code
@@ -113,8 +113,8 @@ def flops_per_converted_element(region: list[Node], graph: Graph) -> float:
     producers = {v: n for n in graph.nodes for v in n.outputs}
     inside = {id(n) for n in region}
     made = {v for n in region for v in n.outputs}
-    converted = {v for n in region for v in map(lambda v: _plain(producers, v), _region_inputs(n))
-                 if v not in made}
+    read = {_plain(producers, v) for n in region for v in _region_inputs(n)}
+    converted = read - made
     readers: dict[Value, list[Node]] = {}
     for n in graph.nodes:
         for v in n.inputs:
@@ -184,7 +184,7 @@ class _Rewrite:
         attrs = conv.attrs
         pads = pad.attrs["pads_begin"] if pad is not None else [0, 0]
         xb = self._as_blocked(x)
-        if _strided_pointwise(attrs, pads):
+        if _strided_pointwise(attrs, pads, x.shape[2:], y.shape[2:]):
             # its windows are every s-th pixel: gathered once, instead of every panel of
             # channels reading whole cache lines for a quarter of them
             xb = self._every(xb, attrs["strides"], y.shape[2:])
@@ -262,9 +262,11 @@ class _Rewrite:
         return out
 
 
-def _strided_pointwise(attrs, pads) -> bool:
+def _strided_pointwise(attrs, pads, in_spatial, out_spatial) -> bool:
+    """A strided 1x1 conv whose windows all lie inside its input (no border to read)."""
     return (list(attrs["kernel_shape"]) == [1, 1] and max(attrs["strides"]) > 1
-            and not any(pads))
+            and not any(pads) and all((o - 1) * s < i for o, s, i in
+                                      zip(out_spatial, attrs["strides"], in_spatial)))
 
 
 def blocked_layers(graph: Graph) -> list[dict]:

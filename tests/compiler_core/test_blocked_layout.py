@@ -93,6 +93,8 @@ CASES = [
     dict(c=LANES, oc=LANES, hw=7, kernel=(3, 3), pads=(1, 1, 1, 1), residual=True),
     dict(c=LANES, oc=2 * LANES, hw=13, kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1)),
     dict(c=3 * LANES, oc=2 * LANES, hw=28, kernel=(1, 1), strides=(2, 2)),
+    # a last output row and column that lie in the end padding only
+    dict(c=LANES, oc=2 * LANES, hw=8, kernel=(1, 1), strides=(2, 2), pads=(0, 0, 1, 1)),
     dict(c=LANES, oc=2 * LANES, hw=19, kernel=(5, 3), pads=(2, 0, 1, 2), dilations=(2, 1)),
 ]
 
@@ -133,7 +135,7 @@ def test_avx2_code_matches_too():
     assert np.abs(_run(artifact, feeds, 2) - want).max() <= 1e-5 * np.abs(want).max()
 
 
-def _chain(channels: int, hw: int, convs: int, squeeze: int | None = None):
+def _chain(channels: int, hw: int, convs: int, squeeze: int | None = None, batch: int = 1):
     """A chain of 1x1 convs with ReLU, through a concat of two branches in the middle;
     `squeeze`: every other conv narrows to that many channels (SqueezeNet's fire modules:
     little work per element)."""
@@ -152,8 +154,8 @@ def _chain(channels: int, hw: int, convs: int, squeeze: int | None = None):
             nodes.append(helper.make_node("Conv", ["cat", f"wj{i}"], ["joined"]))
             last = "joined"
     nodes.append(helper.make_node("Identity", [last], ["y"]))
-    return make_model(nodes, [("x", np.float32, [1, channels, hw, hw])],
-                      [("y", np.float32, [1, c, hw, hw])], inits)
+    return make_model(nodes, [("x", np.float32, [batch, channels, hw, hw])],
+                      [("y", np.float32, [batch, c, hw, hw])], inits)
 
 
 def _final_graph(model):
@@ -162,14 +164,14 @@ def _final_graph(model):
 
 
 def test_a_chain_of_wide_convs_stays_blocked_from_end_to_end():
-    model = _chain(256, 28, 6)
+    model = _chain(256, 28, 6, batch=2)
     graph = _final_graph(model)
     ops = [n.op for n in graph.nodes]
     assert ops.count("ConvBlocked") == 8
     assert ops.count("Transpose") == 2  # into the layout once, out of it once
     concat = next(n for n in graph.nodes if n.op == "Concat")
     assert len(concat.outputs[0].shape) == 5
-    x = rand(1, 256, 28, 28, seed=7)
+    x = rand(2, 256, 28, 28, seed=7)
     want = cc.compile(model, opt_level=0).run({"x": x})["y"]
     got = cc.compile(model).run({"x": x})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
