@@ -61,7 +61,7 @@ PER_ELEMENT = {"BatchNormalization": 2, "LayerNormalization": 8, "InstanceNormal
                "GroupNormalization": 8, "BatchNormalizationTraining": 8, "LpNormalization": 3,
                "Softmax": 5, "LogSoftmax": 5, "Hardmax": 2, "LRN": 4}
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
-REDUCE_INPUT = {"GlobalPool", "ArgMax", "ArgMin", "TopK", "CumSum", "CumProd"}
+REDUCE_INPUT = {"GlobalPool", "GlobalPoolBlocked", "ArgMax", "ArgMin", "TopK", "CumSum", "CumProd"}
 
 
 def node_cost(node: Node) -> Cost:
@@ -173,7 +173,7 @@ FLOP_RULES = {"Conv": _conv, "DepthwiseConv": _conv_with_residual,
               "WinogradConv": _conv_with_residual, "ConvBlocked": _conv_blocked,
               "ConvTranspose": _conv_transpose,
               "MatMul": _matmul, "Gemm": _gemm, "PackedGemm": _packed_gemm,
-              "SparseGemm": _sparse_gemm, "RowPool": _pool,
+              "SparseGemm": _sparse_gemm, "RowPool": _pool, "PoolBlocked": _pool,
               "MaxPoolWithIndices": _pool,
               "LSTM": _recurrent, "GRU": _recurrent, "RNN": _recurrent, "Einsum": _einsum,
               "Fused": _fused}

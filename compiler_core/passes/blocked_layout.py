@@ -1,18 +1,26 @@
 """The NCHW[x]c layout (kernels/conv_blocked.py): where it pays, and the rewrite into it.
 
 `choose_blocked_layout_for(spec)` runs before the schedules are assigned. It finds the
-convs that would run as the implicit GEMM and could run blocked, joins them into regions
-through the tensors they pass each other (directly or through a Concat over channels),
-and marks a region's convs and concats `layout: "blocked"` when its work outweighs the
-layout changes at its border: at least BLOCKED_MIN_FLOPS_PER_ELEMENT conv FLOPs per
-element converted. The default Conv schedule of a marked conv is a blocked one.
+nodes that could run blocked (`region_members`): convs that would run as the implicit
+GEMM, Concats and Slices (Split) over whole channel blocks, max and average pools, and
+elementwise ops (and inference BatchNormalization) whose other operands broadcast per
+channel or per position (squeeze-excite's gate, a scale). It joins them into regions
+through the tensors they pass each other, and marks a region's members `layout:
+"blocked"` when its work outweighs the layout changes at its border: at least
+BLOCKED_MIN_FLOPS_PER_ELEMENT conv FLOPs per element converted. The default Conv schedule
+of a marked conv is a blocked one.
 
 `use_blocked_layout_for(spec)` runs after the schedules are final (and after
 use_winograd), before weight packing. Each Conv whose schedule says `blocked` becomes a
 ConvBlocked node reading and writing blocked tensors, with its weights packed for it; a
 marked Concat concatenates blocked tensors (axis 1 of (N, C / x, H, W, x): still a
-Concat the memory plan makes free). A tensor changes layout only where a consumer needs
-the other one:
+Concat the memory plan makes free); pools become PoolBlocked and GlobalPoolBlocked
+(kernels/pool_blocked.py), whose (N, C / x, 1, 1, x) result is the plain tensor already;
+elementwise ops stay themselves over 5-D tensors, their per-channel operands viewed as
+(N, C / x, 1, 1, x) and per-position ones as (N, 1, H, W, 1), and a BatchNormalization
+becomes a multiply and add by its per-channel constants. After operator fusion a
+ConvBlocked takes the elementwise chain after it (SiLU) into its stores. A tensor changes
+layout only where a consumer needs the other one:
 
 * a blocked conv's output stays blocked for every blocked conv that reads it (as input or
   as residual), so chains of blocked convs never go back to NCHW between them;
@@ -28,33 +36,37 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
+
 from ..analysis.node_cost import node_flops
 from ..codegen.target_machine import MachineSpec
 from ..ir import Graph, Node, Value
 from ..kernels.conv import blocked_candidate
 from ..kernels.conv_blocked import BlockedConvSchedule, pack_blocked_weights
+from ..kernels.elementwise import SCALAR
 from .dce import eliminate_dead_code
+from .fold_batchnorm import channel_affine
 
 _ids = itertools.count()
 
 
-# A layout change (a Transpose) costs about as much per element as the blocked kernel
-# saves on this many conv FLOPs. Intel Xeon (LLVM: rocketlake), whole models new/old, 1 | 2
-# threads, regions by their FLOPs per converted element: ResNet-50 (one region of 31
-# convs, 1524) 0.932 | 0.918; YOLOv8n-320 (one conv of 768; with its convs of 200-384
-# too: 0.989 | 0.980); Inception v2 (28 convs, 287) 0.997 | 0.977; Inception v1 (221 and
-# 231) 0.988 | 0.977; MobileNetV3 (275) 1.031 | 1.022; SqueezeNet (248) 1.008 | 1.012,
-# (59-248) 1.11 | 1.08.
-BLOCKED_MIN_FLOPS_PER_ELEMENT = 300
+# A layout change (a Transpose) costs about as much per element as the blocked kernels
+# save on this many conv FLOPs. Intel Xeon (LLVM: rocketlake), 1 | 2 threads, regions by
+# their FLOPs per converted element. ResNet-50 (one region of 31 convs) against the plain
+# layout: 0.93 | 0.92. With pools, elementwise ops and Splits joining the regions, against
+# regions of convs and Concats only (at 300 then): YOLOv8n-320 (29 convs with their SiLUs,
+# Splits, Concats and pools, 641) 0.953 | 0.913, at 640 0.944 | 0.961; Inception v2 (30
+# convs, 501) 0.944 | 0.917; v1 (28, 408) 0.940 | 0.920; DenseNet-121 (45 convs through
+# their BatchNormalizations, 419) 0.958 | 0.946; SqueezeNet (18 convs, 171) 0.96-1.03 |
+# 0.86-1.01 over five runs; MobileNetV3 (regions of 1-4 convs between its depthwise convs)
+# 1.007 | 1.003 with those of 225-275 blocked too, 0.992 | 0.996 without, 1.24 | 1.16 with
+# all (24-138).
+BLOCKED_MIN_FLOPS_PER_ELEMENT = 150
 
 
 def choose_blocked_layout_for(spec: MachineSpec):
     def choose_blocked_layout(graph: Graph) -> Graph:
-        lanes = spec.vector_bits // 32
-        members = [n for n in graph.nodes
-                   if (n.op == "Conv" and blocked_candidate(n, spec))
-                   or (n.op == "Concat" and _channel_concat(n, lanes))]
-        for region in _regions(graph, members):
+        for region in _regions(graph, region_members(graph, spec)):
             if _pays(region, graph):
                 for n in region:
                     n.attrs["layout"] = "blocked"
@@ -62,15 +74,91 @@ def choose_blocked_layout_for(spec: MachineSpec):
     return choose_blocked_layout
 
 
+def region_members(graph: Graph, spec: MachineSpec) -> list[Node]:
+    """The nodes that could run blocked (see the module's docstring)."""
+    lanes = spec.vector_bits // 32
+    return [n for n in graph.nodes
+            if (n.op == "Conv" and blocked_candidate(n, spec))
+            or (n.op == "Concat" and _channel_concat(n, lanes))
+            or _poolable(n, lanes) or _channel_slice(n, lanes) or _pointwise(n, lanes)]
+
+
+def _blocks_of(v: Value, lanes: int) -> bool:
+    """A 4-D float tensor of whole channel blocks."""
+    return len(v.shape) == 4 and v.dtype == np.float32 and v.shape[1] % lanes == 0
+
+
+def _poolable(n: Node, lanes: int) -> bool:
+    """A max or average pool (global, or by windows that all reach the input, no dilation)."""
+    if n.guards or not _blocks_of(n.inputs[0], lanes) or n.attrs.get("kind") not in ("max", "avg"):
+        return False
+    if n.op == "GlobalPool":
+        return True
+    if n.op != "RowPool" or list(n.attrs["dilations"]) != [1, 1]:
+        return False
+    return all(p < k and (o - 1) * s - p < size for o, s, p, k, size in
+               zip(n.outputs[0].shape[2:], n.attrs["strides"], n.attrs["pads_begin"],
+                   n.attrs["kernel_shape"], n.inputs[0].shape[2:]))
+
+
+def _channel_slice(n: Node, lanes: int) -> bool:
+    """A run of whole channel blocks (a Split over channels: YOLO's C2f)."""
+    if n.op != "Slice" or n.guards or not _blocks_of(n.inputs[0], lanes):
+        return False
+    x, y = n.inputs[0], n.outputs[0]
+    starts, steps = n.attrs["starts"], n.attrs["steps"]
+    return (all(s == 1 for s in steps) and starts[1] % lanes == 0 and y.shape[1] % lanes == 0
+            and not any(starts[i] for i in (0, 2, 3)) and y.shape[0] == x.shape[0]
+            and y.shape[2:] == x.shape[2:])
+
+
 def _channel_concat(n: Node, lanes: int) -> bool:
     return (n.attrs["axis"] == 1 and not n.guards and len(n.outputs[0].shape) == 4
             and all(v is not None and v.shape[1] % lanes == 0 for v in n.inputs))
+
+
+def _pointwise(n: Node, lanes: int) -> bool:
+    """An elementwise op, or an inference BatchNormalization, making a 4-D float tensor of
+    whole channel blocks from operands that are tensors of its shape or broadcast along
+    the channels or along the positions: it runs on blocked tensors as it is."""
+    if n.guards or len(n.outputs) != 1 or not _blocks_of(n.outputs[0], lanes):
+        return False
+    y = n.outputs[0]
+    if n.op == "BatchNormalization":
+        return (n.inputs[0].shape == y.shape
+                and channel_affine(n, n.inputs[0], y.shape[1]) is not None)
+    return n.op in SCALAR and all(v is None or _operand_kind(v, y.shape) is not None
+                                  for v in n.inputs)
+
+
+def _operand_kind(v: Value, shape: tuple) -> str | None:
+    """How an elementwise op's operand meets its (N, C, H, W) output: "full" (that shape),
+    "channel" (one value per channel), "position" (the same for every channel)."""
+    if len(v.shape) > 4 or v.dtype != np.float32:
+        return None
+    if tuple(v.shape) == tuple(shape):
+        return "full"
+    n, c, h, w = _as_4d(v.shape)
+    if n not in (1, shape[0]) or h not in (1, shape[2]) or w not in (1, shape[3]):
+        return None
+    if c == 1:
+        return "position"
+    return "channel" if c == shape[1] and h == w == 1 else None
+
+
+def _as_4d(shape) -> tuple:
+    return (1,) * (4 - len(shape)) + tuple(shape)
 
 
 def _region_inputs(n: Node) -> list[Value]:
     """The tensors a region member reads in the blocked layout (a conv's ConvPad is its own)."""
     if n.op == "Concat":
         return list(n.inputs)
+    if n.op in ("BatchNormalization", "RowPool", "GlobalPool", "Slice"):
+        return [n.inputs[0]]
+    if n.op != "Conv":
+        return [v for v in n.inputs
+                if v is not None and _operand_kind(v, n.outputs[0].shape) == "full"]
     return [v for v in (n.inputs[0], n.inputs[4] if len(n.inputs) > 4 else None)
             if v is not None]
 
@@ -112,7 +200,8 @@ def flops_per_converted_element(region: list[Node], graph: Graph) -> float:
     border (each once: blocked once for all readers, made plain once for all)."""
     producers = {v: n for n in graph.nodes for v in n.outputs}
     inside = {id(n) for n in region}
-    made = {v for n in region for v in n.outputs}
+    # a global pool's result is the plain tensor already
+    made = {n.outputs[0] for n in region if n.op != "GlobalPool"}
     read = {_plain(producers, v) for n in region for v in _region_inputs(n)}
     converted = read - made
     readers: dict[Value, list[Node]] = {}
@@ -161,8 +250,8 @@ class _Rewrite:
             if n.op == "Conv" and getattr(n.schedule, "blocked", False):
                 self._conv(n)
                 continue
-            if n.op == "Concat" and n.attrs.get("layout") == "blocked":
-                self._concat(n)
+            if n.op != "Conv" and n.attrs.get("layout") == "blocked":
+                self.REWRITES.get(n.op, _Rewrite._pointwise)(self, n)
                 continue
             for v in n.inputs:
                 self._need_plain(v)
@@ -205,12 +294,69 @@ class _Rewrite:
         self.unplain.add(y)
 
     def _concat(self, concat: Node) -> None:
-        y = concat.outputs[0]
+        self._emit_blocked(concat, "Concat", [self._as_blocked(v) for v in concat.inputs],
+                           {"axis": 1})
+
+    def _slice(self, n: Node) -> None:
+        starts = n.attrs["starts"]
+        self._emit_blocked(n, "Slice", [self._as_blocked(n.inputs[0])],
+                           {"starts": (0, starts[1] // self.lanes, 0, 0, 0), "steps": (1,) * 5})
+
+    def _pool(self, pool: Node) -> None:
+        keep = {k: pool.attrs[k] for k in ("kind", "kernel_shape", "strides", "pads_begin")}
+        self._emit_blocked(pool, "PoolBlocked",
+                           [self._as_blocked(pool.inputs[0]), *pool.inputs[1:2]], keep)
+
+    def _global_pool(self, pool: Node) -> None:
+        y = pool.outputs[0]
         yb = Value(f"{y.name}_nchw{self.lanes}c", blocked_shape(y.shape, self.lanes), y.dtype)
-        self.nodes.append(Node("Concat", [self._as_blocked(v) for v in concat.inputs], [yb],
-                               {"axis": 1}, name=concat.name, sources=concat.onnx_nodes))
+        self.nodes.append(Node("GlobalPoolBlocked", [self._as_blocked(pool.inputs[0])], [yb],
+                               {"kind": pool.attrs["kind"]}, name=pool.name,
+                               sources=pool.onnx_nodes))
+        self.nodes.append(Node("Reshape", [yb], [y], {"shape": tuple(y.shape)}))
+        self.blocked[y] = yb
+
+    def _pointwise(self, n: Node) -> None:
+        y = n.outputs[0]
+        if n.op == "BatchNormalization":
+            a, c = channel_affine(n, n.inputs[0], y.shape[1])
+            scaled = Value(f"{y.name}_scaled", blocked_shape(y.shape, self.lanes), y.dtype)
+            self.nodes.append(Node("Mul", [self._as_blocked(n.inputs[0]), self._per_channel(a)],
+                                   [scaled], name=n.name, sources=n.onnx_nodes))
+            self._emit_blocked(n, "Add", [scaled, self._per_channel(c)])
+            return
+        attrs = {k: v for k, v in n.attrs.items() if k != "layout"}
+        self._emit_blocked(n, n.op, [None if v is None else self._operand(v, y.shape)
+                                     for v in n.inputs], attrs, n.schedule)
+
+    def _emit_blocked(self, like: Node, op: str, ins: list, attrs=None, schedule=None) -> None:
+        """A node `op` that makes the blocked form of like's (first) result."""
+        y = like.outputs[0]
+        yb = Value(f"{y.name}_nchw{self.lanes}c", blocked_shape(y.shape, self.lanes), y.dtype)
+        self.nodes.append(Node(op, ins, [yb], attrs or {}, name=like.name, schedule=schedule,
+                               sources=like.onnx_nodes))
         self.blocked[y] = yb
         self.unplain.add(y)
+
+    def _operand(self, v: Value, shape: tuple) -> Value:
+        """An elementwise operand as the blocked output broadcasts it."""
+        kind = _operand_kind(v, shape)
+        if kind == "full" or (kind == "channel" and v in self.blocked):
+            return self._as_blocked(v)  # (N, C, 1, 1) blocked: (N, C / x, 1, 1, x) already
+        self._need_plain(v)
+        n, c, h, w = _as_4d(v.shape)
+        # (N, C, 1, 1) is (N, C / x, 1, 1, x) as it lies in memory; a value the same for
+        # every channel is the same for every lane
+        target = (n, c // self.lanes, 1, 1, self.lanes) if kind == "channel" else (n, 1, h, w, 1)
+        if v.is_const:
+            return Value(f"{v.name}_nchw{self.lanes}c", target, v.dtype,
+                         const=np.asarray(v.const).reshape(target))
+        return self._view(v, target)
+
+    def _per_channel(self, k: np.ndarray) -> Value:
+        blocks = k.size // self.lanes
+        data = k.astype(np.float32).reshape(1, blocks, 1, 1, self.lanes)
+        return Value(f"channel_affine{next(_ids)}", data.shape, np.dtype(np.float32), const=data)
 
     def _padded(self, xb: Value, out_spatial, attrs, pads_begin) -> Value:
         """xb with the zero border the conv's windows reach into (none: xb itself)."""
@@ -260,6 +406,10 @@ class _Rewrite:
         out = Value(f"{v.name}_t{next(_ids)}", shape, v.dtype)
         self.nodes.append(Node("Transpose", [v], [out], {"perm": [0, 1, 3, 2]}))
         return out
+
+
+_Rewrite.REWRITES = {"Concat": _Rewrite._concat, "Slice": _Rewrite._slice,
+                     "RowPool": _Rewrite._pool, "GlobalPool": _Rewrite._global_pool}
 
 
 def _strided_pointwise(attrs, pads, in_spatial, out_spatial) -> bool:

@@ -184,13 +184,12 @@ def _region(model):
         if p.__name__ == "choose_blocked_layout":
             break
         graph = p(graph)
-    members = [n for n in graph.nodes if n.op in ("Conv", "Concat")]
-    (region,) = blocked_layout._regions(graph, members)
+    (region,) = blocked_layout._regions(graph, blocked_layout.region_members(graph, host_spec()))
     return graph, region
 
 
 def test_regions_of_little_work_per_converted_element_stay_plain():
-    model = _chain(64, 28, 6, squeeze=16)
+    model = _chain(32, 28, 4, squeeze=16)
     graph, region = _region(model)
     assert 0 < blocked_layout.flops_per_converted_element(region, graph) < \
         blocked_layout.BLOCKED_MIN_FLOPS_PER_ELEMENT
@@ -225,8 +224,9 @@ def test_the_blocked_conv_counts_the_conv_flops():
     plain = import_model(model, None)
     for p in split_at_schedules(3, host_spec())[0]:
         plain = p(plain)
-    blocked = _final_graph(model)
     want = [node_flops(n) for n in plain.nodes if n.op == "Conv"]
+    # (before operator fusion, which may give them epilogues)
+    blocked = blocked_layout.use_blocked_layout_for(host_spec())(plain)
     assert [node_flops(n) for n in blocked.nodes if n.op == "ConvBlocked"] == want
 
 
@@ -236,3 +236,156 @@ def test_grouped_and_odd_channel_convs_are_not_eligible():
     node = next(n for n in graph.nodes if n.op == "Conv")
     assert not conv.blocked_eligible(node, LANES)
     onnx.checker.check_model(model)
+
+
+def _dense_block(channels: int, growth: int, hw: int, layers: int):
+    """DenseNet's block: each layer reads the concat of all before it through an unfolded
+    BatchNormalization and ReLU (1x1 conv, ReLU, 3x3 conv) and adds `growth` channels."""
+    nodes, inits, cat, c = [], [], "x", channels
+    for i in range(layers):
+        inits += [(f"g{i}", rand(c, seed=10 * i) * 0.5 + 1), (f"be{i}", rand(c, seed=10 * i + 1)),
+                  (f"m{i}", rand(c, seed=10 * i + 2)), (f"v{i}", np.abs(rand(c, seed=10 * i + 3)) + 0.5),
+                  (f"wa{i}", rand(4 * growth, c, 1, 1, seed=10 * i + 4) * 0.1),
+                  (f"wb{i}", rand(growth, 4 * growth, 3, 3, seed=10 * i + 5) * 0.05)]
+        nodes += [helper.make_node("BatchNormalization", [cat, f"g{i}", f"be{i}", f"m{i}", f"v{i}"],
+                                   [f"n{i}"]),
+                  helper.make_node("Relu", [f"n{i}"], [f"a{i}"]),
+                  helper.make_node("Conv", [f"a{i}", f"wa{i}"], [f"p{i}"]),
+                  helper.make_node("Relu", [f"p{i}"], [f"q{i}"]),
+                  helper.make_node("Conv", [f"q{i}", f"wb{i}"], [f"new{i}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Concat", [cat, f"new{i}"], [f"cat{i}"], axis=1)]
+        cat, c = f"cat{i}", c + growth
+    nodes.append(helper.make_node("Identity", [cat], ["y"]))
+    return make_model(nodes, [("x", np.float32, [1, channels, hw, hw])],
+                      [("y", np.float32, [1, c, hw, hw])], inits)
+
+
+def _compare(model, feeds):
+    want = cc.compile(model, opt_level=0).run(feeds)["y"]
+    got = cc.compile(model).run(feeds)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_a_dense_block_runs_blocked_through_its_batch_norms(every_conv_blocked):
+    model = _dense_block(4 * LANES, 2 * LANES, 14, 3)
+    ops = [n.op for n in _final_graph(model).nodes]
+    assert ops.count("ConvBlocked") == 6 and "BatchNormalization" not in ops
+    assert ops.count("Transpose") == 2
+    _compare(model, {"x": rand(1, 4 * LANES, 14, 14, seed=3)})
+
+
+def test_silu_after_a_blocked_conv_is_its_epilogue():
+    """SiLU (Sigmoid, Mul) joins the region and then the conv's stores."""
+    w = [rand(256, 256, 1, 1, seed=i) * 0.1 for i in range(2)]
+    nodes = []
+    for i, src in enumerate(["x", "s0"]):
+        nodes += [helper.make_node("Conv", [src, f"w{i}"], [f"c{i}"]),
+                  helper.make_node("Sigmoid", [f"c{i}"], [f"g{i}"]),
+                  helper.make_node("Mul", [f"c{i}", f"g{i}"], [f"s{i}"])]
+    nodes.append(helper.make_node("Identity", ["s1"], ["y"]))
+    model = make_model(nodes, [("x", np.float32, [1, 256, 28, 28])],
+                       [("y", np.float32, [1, 256, 28, 28])], [("w0", w[0]), ("w1", w[1])])
+    graph = _final_graph(model)
+    convs = [n for n in graph.nodes if n.op == "ConvBlocked"]
+    assert len(convs) == 2 and all(isinstance(n.attrs["activation"], dict) for n in convs)
+    assert [n.op for n in graph.nodes].count("Transpose") == 2
+    _compare(model, {"x": rand(1, 256, 28, 28, seed=4)})
+
+
+def test_elementwise_operands_broadcast_per_channel_and_per_position(every_conv_blocked):
+    """Squeeze-excite's per-channel gate (computed from the plain tensor), a constant per
+    position and one per channel, all applied to blocked tensors."""
+    c, hw = 2 * LANES, 9
+    inits = [("w0", rand(c, c, 3, 3, seed=1) * 0.1), ("ws", rand(c, c, 1, 1, seed=2) * 0.3),
+             ("pos", rand(1, 1, hw, hw, seed=3)), ("chan", rand(c, 1, 1, seed=4)),
+             ("w1", rand(c, c, 1, 1, seed=5) * 0.1)]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["r"], pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["r"], ["avg"]),
+             helper.make_node("Conv", ["avg", "ws"], ["sq"]),
+             helper.make_node("Sigmoid", ["sq"], ["gate"]),
+             helper.make_node("Mul", ["r", "gate"], ["m"]),
+             helper.make_node("Mul", ["m", "pos"], ["mp"]),
+             helper.make_node("Add", ["chan", "mp"], ["mc"]),
+             helper.make_node("Conv", ["mc", "w1"], ["y"])]
+    model = make_model(nodes, [("x", np.float32, [2, c, hw, hw])],
+                       [("y", np.float32, [2, c, hw, hw])], inits)
+    graph = _final_graph(model)
+    assert [n.op for n in graph.nodes].count("ConvBlocked") == 3  # the squeeze conv too
+    gated = [n for n in graph.nodes if n.op in ("Mul", "Add", "Fused")
+             and len(n.outputs[0].shape) == 5]
+    assert gated
+    _compare(model, {"x": rand(2, c, hw, hw, seed=6)})
+
+
+def test_operand_kinds():
+    def kind(shape):
+        return blocked_layout._operand_kind(blocked_layout.Value("v", shape, np.float32),
+                                            (2, 32, 5, 7))
+    assert kind((2, 32, 5, 7)) == "full"
+    assert kind((2, 32, 1, 1)) == kind((32, 1, 1)) == "channel"
+    assert kind((1, 1, 5, 7)) == kind((7,)) == kind(()) == "position"
+    assert kind((32, 5, 1)) is None  # per channel and row: not a view of the blocked form
+    assert kind((1, 32, 5, 7)) is None  # a full plane broadcast over the batch
+
+
+@pytest.mark.parametrize("avg_attrs", [dict(count_include_pad=0), dict(count_include_pad=1)])
+def test_pools_run_blocked_between_blocked_convs(every_conv_blocked, avg_attrs):
+    """Max and average windows reaching into the padding and past the end (ceil_mode), and
+    a global average that hands the plain result over without a layout change."""
+    c = 2 * LANES
+    inits = [(f"w{i}", rand(c, c, 1, 1, seed=i) * 0.2) for i in range(3)]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"]),
+             helper.make_node("MaxPool", ["a"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p", "w1"], ["b"]),
+             helper.make_node("AveragePool", ["b"], ["q"], kernel_shape=[3, 2], strides=[2, 2],
+                              pads=[1, 0, 1, 1], ceil_mode=1, **avg_attrs),
+             helper.make_node("Conv", ["q", "w2"], ["d"]),
+             helper.make_node("GlobalAveragePool", ["d"], ["y"])]
+    model = make_model(nodes, [("x", np.float32, [2, c, 15, 15])],
+                       [("y", np.float32, [2, c, 1, 1])], inits)
+    ops = [n.op for n in _final_graph(model).nodes]
+    assert ops.count("PoolBlocked") == 2 and ops.count("GlobalPoolBlocked") == 1
+    assert ops.count("Transpose") == 1  # into the layout only
+    x = rand(2, c, 15, 15, seed=8)
+    _compare(model, {"x": x})
+
+
+def test_max_pool_windows_that_miss_the_input_stay_plain():
+    """A window wholly in the padding has the max -inf, which the nearest pixel inside the
+    input would not give: such pools stay plain."""
+    def pool(pads_begin, out):
+        x = blocked_layout.Value("x", (1, LANES, 4, 4), np.float32)
+        y = blocked_layout.Value("y", (1, LANES, out, out), np.float32)
+        attrs = {"kind": "max", "kernel_shape": [2, 2], "strides": [2, 2], "dilations": [1, 1],
+                 "pads_begin": pads_begin}
+        return blocked_layout.Node("RowPool", [x], [y], attrs)
+    assert blocked_layout._poolable(pool([1, 1], 3), LANES)
+    assert not blocked_layout._poolable(pool([2, 2], 3), LANES)  # the first window
+    assert not blocked_layout._poolable(pool([0, 0], 3), LANES)  # the last (ceil_mode)
+
+
+def test_a_c2f_block_splits_and_joins_blocked(every_conv_blocked):
+    """YOLOv8's C2f: a conv's result split over channels, one half through a bottleneck
+    with a residual, everything concatenated, a conv."""
+    c = 4 * LANES
+    h = c // 2
+    inits = [("w0", rand(c, c, 1, 1, seed=1) * 0.2), ("w1", rand(h, h, 3, 3, seed=2) * 0.1),
+             ("w2", rand(h, h, 3, 3, seed=3) * 0.1), ("w3", rand(c, c + h, 1, 1, seed=4) * 0.2),
+             ("split", np.array([h, h], np.int64))]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"]),
+             helper.make_node("Split", ["a", "split"], ["a0", "a1"], axis=1),
+             helper.make_node("Conv", ["a1", "w1"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["b"], ["bg"]),
+             helper.make_node("Mul", ["b", "bg"], ["bs"]),
+             helper.make_node("Conv", ["bs", "w2"], ["d"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["a1", "d"], ["e"]),
+             helper.make_node("Concat", ["a0", "a1", "e"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "w3"], ["y"])]
+    model = make_model(nodes, [("x", np.float32, [1, c, 10, 10])],
+                       [("y", np.float32, [1, c, 10, 10])], inits)
+    graph = _final_graph(model)
+    ops = [n.op for n in graph.nodes]
+    assert ops.count("ConvBlocked") == 4 and ops.count("Transpose") == 2
+    assert all(len(n.outputs[0].shape) == 5 for n in graph.nodes if n.op == "Slice")
+    _compare(model, {"x": rand(1, c, 10, 10, seed=9)})
