@@ -137,8 +137,10 @@ def _strassen_w_slice(spec) -> int:
 # Strassen where its half-size products are still big GEMMs: measured gains on AMD EPYC
 # (LLVM: znver4) from 128 x 384 by 384 up (kernels/strassen.py), in its AVX-512 code and in
 # its AVX2 code (x86-64-v3: 0.86-0.92 of the plain product on BERT's shapes, 1 and 2
-# threads; the FMA rate of a Zen 3 core). On cores of two 512-bit FMAs a cycle (Intel's,
-# Zen 5) and on Arm it is a candidate for the tuner, not the default, until measured there.
+# threads; the FMA rate of a Zen 3 core). On cores of two 512-bit FMAs a cycle it lost:
+# Intel Xeon (LLVM: rocketlake), whole models Strassen/plain, 1 | 2 threads, BERT-384
+# 1.020 | 1.018, BERT-128 1.17 | 1.24; there (and on Zen 5 and Arm, unmeasured) it is a
+# candidate for the tuner, not the default.
 STRASSEN_MIN_ROWS = 128
 STRASSEN_MIN_SIDE = 384  # K and N
 
