@@ -281,7 +281,7 @@ class _Rewrite:
         xb = self._padded(xb, y.shape[2:], attrs, pads)
         packed = pack_blocked_weights(w.const, self.lanes, sched.vectors)
         weights = Value(f"{w.name}_nchw{self.lanes}c", packed.shape, w.dtype, const=packed)
-        yb = Value(f"{y.name}_nchw{self.lanes}c", blocked_shape(y.shape, self.lanes), y.dtype)
+        yb = self._blocked_value(y)
         ins = [xb, weights, bias, None if residual is None else self._as_blocked(residual)]
         keep = {k: attrs[k] for k in ("strides", "dilations", "kernel_shape", "activation")
                 if k in attrs}
@@ -308,13 +308,12 @@ class _Rewrite:
                            [self._as_blocked(pool.inputs[0]), *pool.inputs[1:2]], keep)
 
     def _global_pool(self, pool: Node) -> None:
+        self._emit_blocked(pool, "GlobalPoolBlocked", [self._as_blocked(pool.inputs[0])],
+                           {"kind": pool.attrs["kind"]})
+        # (N, C / x, 1, 1, x) is (N, C, 1, 1) as it lies in memory: the plain result is a view
         y = pool.outputs[0]
-        yb = Value(f"{y.name}_nchw{self.lanes}c", blocked_shape(y.shape, self.lanes), y.dtype)
-        self.nodes.append(Node("GlobalPoolBlocked", [self._as_blocked(pool.inputs[0])], [yb],
-                               {"kind": pool.attrs["kind"]}, name=pool.name,
-                               sources=pool.onnx_nodes))
-        self.nodes.append(Node("Reshape", [yb], [y], {"shape": tuple(y.shape)}))
-        self.blocked[y] = yb
+        self.unplain.discard(y)
+        self.nodes.append(Node("Reshape", [self.blocked[y]], [y], {"shape": tuple(y.shape)}))
 
     def _pointwise(self, n: Node) -> None:
         y = n.outputs[0]
@@ -332,11 +331,15 @@ class _Rewrite:
     def _emit_blocked(self, like: Node, op: str, ins: list, attrs=None, schedule=None) -> None:
         """A node `op` that makes the blocked form of like's (first) result."""
         y = like.outputs[0]
-        yb = Value(f"{y.name}_nchw{self.lanes}c", blocked_shape(y.shape, self.lanes), y.dtype)
+        yb = self._blocked_value(y)
         self.nodes.append(Node(op, ins, [yb], attrs or {}, name=like.name, schedule=schedule,
                                sources=like.onnx_nodes))
         self.blocked[y] = yb
         self.unplain.add(y)
+
+    def _blocked_value(self, y: Value) -> Value:
+        """The value that holds plain y in the blocked layout."""
+        return Value(f"{y.name}_nchw{self.lanes}c", blocked_shape(y.shape, self.lanes), y.dtype)
 
     def _operand(self, v: Value, shape: tuple) -> Value:
         """An elementwise operand as the blocked output broadcasts it."""

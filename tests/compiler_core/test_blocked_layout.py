@@ -171,9 +171,13 @@ def test_a_chain_of_wide_convs_stays_blocked_from_end_to_end():
     assert ops.count("Transpose") == 2  # into the layout once, out of it once
     concat = next(n for n in graph.nodes if n.op == "Concat")
     assert len(concat.outputs[0].shape) == 5
-    x = rand(2, 256, 28, 28, seed=7)
-    want = cc.compile(model, opt_level=0).run({"x": x})["y"]
-    got = cc.compile(model).run({"x": x})["y"]
+    _compare(model, {"x": rand(2, 256, 28, 28, seed=7)})
+
+
+def _compare(model, feeds):
+    """The optimised build against the unoptimised one (plain layout, direct kernels)."""
+    want = cc.compile(model, opt_level=0).run(feeds)["y"]
+    got = cc.compile(model).run(feeds)["y"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
@@ -258,12 +262,6 @@ def _dense_block(channels: int, growth: int, hw: int, layers: int):
     nodes.append(helper.make_node("Identity", [cat], ["y"]))
     return make_model(nodes, [("x", np.float32, [1, channels, hw, hw])],
                       [("y", np.float32, [1, c, hw, hw])], inits)
-
-
-def _compare(model, feeds):
-    want = cc.compile(model, opt_level=0).run(feeds)["y"]
-    got = cc.compile(model).run(feeds)["y"]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
 def test_a_dense_block_runs_blocked_through_its_batch_norms(every_conv_blocked):
