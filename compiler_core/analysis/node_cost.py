@@ -116,6 +116,12 @@ def _conv_blocked(node: Node) -> int:
     return 2 * _out(node) * channels * taps + _epilogue(node, (2, 3))
 
 
+def _depthwise_blocked(node: Node) -> int:
+    """DepthwiseBlocked: one channel a group; inputs x, weights, bias, residual."""
+    taps = int(np.prod(node.attrs["kernel_shape"], dtype=np.int64))
+    return 2 * _out(node) * taps + _epilogue(node, (2, 3))
+
+
 def _sparse_gemm(node: Node) -> int:
     """The multiply-adds it does: each row of A times the stored (nonzero-block) weights."""
     a, values = node.inputs[0], node.inputs[1]
@@ -171,6 +177,7 @@ def _fused(node: Node) -> int:
 
 FLOP_RULES = {"Conv": _conv, "DepthwiseConv": _conv_with_residual,
               "WinogradConv": _conv_with_residual, "ConvBlocked": _conv_blocked,
+              "DepthwiseBlocked": _depthwise_blocked,
               "ConvTranspose": _conv_transpose,
               "MatMul": _matmul, "Gemm": _gemm, "PackedGemm": _packed_gemm,
               "SparseGemm": _sparse_gemm, "RowPool": _pool, "PoolBlocked": _pool,

@@ -4,7 +4,7 @@ from . import misc, sampling, signal  # noqa: F401  (misc ops)
 from . import elementwise  # noqa: F401
 from . import quantize  # noqa: F401
 from . import conv, conv_blocked, depthwise, matmul, norm, packed_gemm, pool  # noqa: F401  (nn ops)
-from . import pool_blocked  # noqa: F401
+from . import depthwise_blocked, pool_blocked  # noqa: F401
 from . import recurrent, recurrent_step, sparse_gemm, winograd  # noqa: F401
 from . import reduce  # noqa: F401
 from . import tensor  # noqa: F401

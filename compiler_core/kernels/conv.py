@@ -212,11 +212,11 @@ def default_conv_schedule(node, spec) -> ConvSchedule:
     return sched
 
 
-def blocked_candidate(node, spec) -> bool:
-    """Whether the conv may run blocked: it can, and in the plain layout it would run as
-    the implicit GEMM (channel vectors and Winograd beat the blocked kernel where they are
-    the default: see kernels/conv_blocked.py)."""
-    if not blocked_eligible(node, spec.vector_bits // 32):
+def blocked_candidate(node, spec, lanes: int) -> bool:
+    """Whether the conv may run blocked in blocks of `lanes` channels: it can, and in the
+    plain layout it would run as the implicit GEMM (channel vectors and Winograd beat the
+    blocked kernel where they are the default: see kernels/conv_blocked.py)."""
+    if not blocked_eligible(node, lanes):
         return False
     sched = _plain_layout_schedule(node, spec)
     return not (sched.lanes or sched.winograd or sched.by_rows)
@@ -239,7 +239,7 @@ def blocked_schedule(base: ConvSchedule, node, spec, vectors: int = 2,
     "columns", work items of output rows that run every panel of output channels in turn
     (the input read once: by default where it is bigger than the weights), or "rows",
     items of a panel for a group of rows (the weights read once)."""
-    lanes = spec.vector_bits // 32
+    lanes = node.attrs.get("block", spec.vector_bits // 32)  # the region's channel block
     vectors = min(vectors, node.outputs[0].shape[1] // lanes)
     positions = min(BLOCKED_MAX_POSITIONS, (spec.vector_registers - 1 - vectors) // vectors)
     if split is None:

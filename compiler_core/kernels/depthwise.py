@@ -28,6 +28,7 @@ input once more and ran at about 20 GFLOP/s.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..ir.loops import MAX_SCRATCH_BYTES, Get, as_expr, broadcast, chain_add, pick_lanes
 from .conv import PARALLEL_MIN_FLOPS
@@ -65,6 +66,14 @@ class DepthwiseSchedule:
     # output rows computed together (rows of taps, not dense columns or phase rows): each
     # loaded vector of an input row serves every row of the block whose window holds it
     row_block: int = 1
+
+
+@dataclass(frozen=True)
+class BlockedDepthwiseSchedule:
+    """In the blocked layout (kernels/depthwise_blocked.py)."""
+    positions: int  # outputs along a row per register tile
+    parallel: bool
+    blocked: ClassVar[bool] = True  # passes/blocked_layout.py rewrites the node for it
 
 
 def phase_rows_fit(node, lanes: int) -> bool:
@@ -115,10 +124,16 @@ FLAT_AVX2_CPUS = ("znver1", "znver3")
 PHASE_ROWS_WHEREVER_IN_L1_CPUS = ("znver1",)
 
 
+# Outputs per register tile of a blocked depthwise conv (kernels/depthwise_blocked.py).
+BLOCKED_POSITIONS = 8
+
+
 @default_rule("DepthwiseConv")
-def default_depthwise_schedule(node, spec) -> DepthwiseSchedule:
+def default_depthwise_schedule(node, spec) -> DepthwiseSchedule | BlockedDepthwiseSchedule:
     KH, KW = node.attrs["kernel_shape"]
     flops = 2 * node.outputs[0].size * KH * KW
+    if node.attrs.get("layout") == "blocked":  # passes/blocked_layout.py's choice
+        return BlockedDepthwiseSchedule(BLOCKED_POSITIONS, flops >= PARALLEL_MIN_TAP_FLOPS)
     lanes = spec.vector_bits // 32
     wide, flat_avx2 = spec.vector_bits >= 512, spec.cpu in FLAT_AVX2_CPUS
     # measured on AVX-512, where masked loads cost what plain ones do, and on Zen 1
@@ -173,7 +188,10 @@ def _column_stride(node) -> int:
 
 
 @search_space("DepthwiseConv")
-def depthwise_space(node, spec) -> list[DepthwiseSchedule]:
+def depthwise_space(node, spec) -> list[DepthwiseSchedule | BlockedDepthwiseSchedule]:
+    if node.attrs.get("layout") == "blocked":  # the layout is the graph's choice
+        return [BlockedDepthwiseSchedule(p, par) for p in (4, 6, 8, 12)
+                for par in (True, False)]
     splits = (True, False) if _planes(node) > 1 else (False,)
     flats = (True, False) if flat_fits(node, spec.vector_bits // 32) else (False,)
     denses = (True, False) if _column_stride(node) > 1 else (False,)

@@ -2,17 +2,19 @@
 
 `choose_blocked_layout_for(spec)` runs before the schedules are assigned. It finds the
 nodes that could run blocked (`region_members`): convs that would run as the implicit
-GEMM, Concats and Slices (Split) over whole channel blocks, max and average pools, and
-elementwise ops (and inference BatchNormalization) whose other operands broadcast per
-channel or per position (squeeze-excite's gate, a scale). It joins them into regions
-through the tensors they pass each other, and marks a region's members `layout:
+GEMM, depthwise convs, Concats and Slices (Split) over whole channel blocks, max and
+average pools, and elementwise ops (and inference BatchNormalization) whose other operands
+broadcast per channel or per position (squeeze-excite's gate, a scale). It joins them into
+regions through the tensors they pass each other, and marks a region's members `layout:
 "blocked"` when its work outweighs the layout changes at its border: at least
-BLOCKED_MIN_FLOPS_PER_ELEMENT conv FLOPs per element converted. The default Conv schedule
-of a marked conv is a blocked one.
+BLOCKED_MIN_FLOPS_PER_ELEMENT conv FLOPs per element converted. A region's channel block
+(attr `block`) is the widest of block_lanes(spec) that all its members' channels fill. The
+default schedule of a marked conv or depthwise conv is a blocked one.
 
 `use_blocked_layout_for(spec)` runs after the schedules are final (and after
 use_winograd), before weight packing. Each Conv whose schedule says `blocked` becomes a
-ConvBlocked node reading and writing blocked tensors, with its weights packed for it; a
+ConvBlocked node reading and writing blocked tensors, with its weights packed for it (a
+DepthwiseConv a DepthwiseBlocked, kernels/depthwise_blocked.py); a
 marked Concat concatenates blocked tensors (axis 1 of (N, C / x, H, W, x): still a
 Concat the memory plan makes free); pools become PoolBlocked and GlobalPoolBlocked
 (kernels/pool_blocked.py), whose (N, C / x, 1, 1, x) result is the plain tensor already;
@@ -43,7 +45,9 @@ from ..codegen.target_machine import MachineSpec
 from ..ir import Graph, Node, Value
 from ..kernels.conv import blocked_candidate
 from ..kernels.conv_blocked import BlockedConvSchedule, pack_blocked_weights
+from ..kernels.depthwise_blocked import pack_depthwise_weights
 from ..kernels.elementwise import SCALAR
+from ..kernels.fma_ports import two_wide_fma_ports
 from .dce import eliminate_dead_code
 from .fold_batchnorm import channel_affine
 
@@ -66,26 +70,47 @@ BLOCKED_MIN_FLOPS_PER_ELEMENT = 150
 
 def choose_blocked_layout_for(spec: MachineSpec):
     def choose_blocked_layout(graph: Graph) -> Graph:
+        widest = block_lanes(spec)[0]
         for region in _regions(graph, region_members(graph, spec)):
-            if _pays(region, graph):
+            lanes = next(x for x in block_lanes(spec) if all(_member(n, spec, x) for n in region))
+            if _pays(region, graph, widest // lanes):
                 for n in region:
-                    n.attrs["layout"] = "blocked"
+                    n.attrs.update(layout="blocked", block=lanes)
         return graph
     return choose_blocked_layout
 
 
-def region_members(graph: Graph, spec: MachineSpec) -> list[Node]:
-    """The nodes that could run blocked (see the module's docstring)."""
+def block_lanes(spec: MachineSpec) -> tuple[int, ...]:
+    """The channel blocks a region may take, widest first: a region takes the widest that
+    all its members' channels fill. Zen 4 splits each 512-bit FMA into two 256-bit halves,
+    so blocks of 8 cost it next to nothing (ResNet-50 in blocks of 8 over blocks of 16:
+    1.005 | 1.017 of the time at 1 | 2 threads) and take in a mobile net's 24, 40, 72,
+    120 channels; cores with two 512-bit FMA ports would lose half their peak."""
     lanes = spec.vector_bits // 32
-    return [n for n in graph.nodes
-            if (n.op == "Conv" and blocked_candidate(n, spec))
-            or (n.op == "Concat" and _channel_concat(n, lanes))
-            or _poolable(n, lanes) or _channel_slice(n, lanes) or _pointwise(n, lanes)]
+    return (lanes, lanes // 2) if lanes == 16 and not two_wide_fma_ports(spec) else (lanes,)
+
+
+def region_members(graph: Graph, spec: MachineSpec) -> list[Node]:
+    """The nodes that could run blocked (see the module's docstring), in the narrowest
+    block the target takes."""
+    return [n for n in graph.nodes if _member(n, spec, block_lanes(spec)[-1])]
+
+
+def _member(n: Node, spec: MachineSpec, lanes: int) -> bool:
+    return ((n.op == "Conv" and blocked_candidate(n, spec, lanes))
+            or (n.op == "Concat" and _channel_concat(n, lanes)) or _depthwise(n, lanes)
+            or _poolable(n, lanes) or _channel_slice(n, lanes) or _pointwise(n, lanes))
 
 
 def _blocks_of(v: Value, lanes: int) -> bool:
     """A 4-D float tensor of whole channel blocks."""
     return len(v.shape) == 4 and v.dtype == np.float32 and v.shape[1] % lanes == 0
+
+
+def _depthwise(n: Node, lanes: int) -> bool:
+    """A 2-D depthwise conv (kernels/depthwise_blocked.py) with constant weights."""
+    return (n.op == "DepthwiseConv" and not n.guards and n.inputs[1].is_const
+            and _blocks_of(n.inputs[0], lanes) and list(n.attrs["dilations"]) == [1, 1])
 
 
 def _poolable(n: Node, lanes: int) -> bool:
@@ -156,6 +181,9 @@ def _region_inputs(n: Node) -> list[Value]:
         return list(n.inputs)
     if n.op in ("BatchNormalization", "RowPool", "GlobalPool", "Slice"):
         return [n.inputs[0]]
+    if n.op == "DepthwiseConv":
+        return [v for v in (n.inputs[0], n.inputs[3] if len(n.inputs) > 3 else None)
+                if v is not None]
     if n.op != "Conv":
         return [v for v in n.inputs
                 if v is not None and _operand_kind(v, n.outputs[0].shape) == "full"]
@@ -191,8 +219,12 @@ def _source(producers, v: Value):
     return p
 
 
-def _pays(region: list[Node], graph: Graph) -> bool:
-    return flops_per_converted_element(region, graph) >= BLOCKED_MIN_FLOPS_PER_ELEMENT
+def _pays(region: list[Node], graph: Graph, narrowing: int) -> bool:
+    """A region in blocks narrower than the vectors (by `narrowing`) needs that much more
+    work: its kernels are a little slower, and SqueezeNet's region (167) in blocks of 8 on
+    znver4 cost 1.031 | 1.031 of the plain layout's time at 1 | 2 threads, where
+    MobileNetV3's (1414, its depthwise convs with it) saved 5-7%."""
+    return flops_per_converted_element(region, graph) >= BLOCKED_MIN_FLOPS_PER_ELEMENT * narrowing
 
 
 def flops_per_converted_element(region: list[Node], graph: Graph) -> float:
@@ -215,7 +247,7 @@ def flops_per_converted_element(region: list[Node], graph: Graph) -> float:
         return id(n) not in inside
     read_outside = {v for v in made if any(outside(r) for r in readers.get(v, []))}
     converted |= read_outside | (made & set(graph.outputs))
-    flops = sum(node_flops(n) for n in region if n.op == "Conv")
+    flops = sum(node_flops(n) for n in region if n.op in ("Conv", "DepthwiseConv"))
     elements = sum(v.size for v in converted)
     return flops / max(elements, 1)
 
@@ -228,7 +260,7 @@ def _plain(producers, v: Value) -> Value:
 
 def use_blocked_layout_for(spec: MachineSpec):
     def use_blocked_layout(graph: Graph) -> Graph:
-        return _Rewrite(graph, spec.vector_bits // 32).run()
+        return _Rewrite(graph, block_lanes(spec)[0]).run()
     return use_blocked_layout
 
 
@@ -238,20 +270,21 @@ def blocked_shape(shape: tuple, lanes: int) -> tuple:
 
 
 class _Rewrite:
-    def __init__(self, graph: Graph, lanes: int):
-        self.graph, self.lanes = graph, lanes
+    def __init__(self, graph: Graph, widest: int):
+        self.graph, self.widest = graph, widest
+        self.lanes = widest                     # the block of the region being rewritten
         self.producers = {v: n for n in graph.nodes for v in n.outputs}
         self.blocked: dict[Value, Value] = {}   # NCHW value -> the same tensor blocked
+        self.converted: dict[tuple, Value] = {}  # (NCHW value, lanes) -> blocked by a Transpose
         self.unplain: set[Value] = set()        # NCHW values not made from their blocked form yet
         self.nodes: list[Node] = []
 
     def run(self) -> Graph:
         for n in self.graph.nodes:
-            if n.op == "Conv" and getattr(n.schedule, "blocked", False):
-                self._conv(n)
-                continue
-            if n.op != "Conv" and n.attrs.get("layout") == "blocked":
-                self.REWRITES.get(n.op, _Rewrite._pointwise)(self, n)
+            rewrite = self._rewrite_of(n)
+            if rewrite is not None:
+                self.lanes = n.attrs.get("block", self.widest)
+                rewrite(self, n)
                 continue
             for v in n.inputs:
                 self._need_plain(v)
@@ -260,6 +293,15 @@ class _Rewrite:
             self._need_plain(v)
         g = self.graph
         return eliminate_dead_code(Graph(g.inputs, g.outputs, self.nodes, g.name, g.opset))
+
+    def _rewrite_of(self, n: Node):
+        """How n is rewritten into the blocked layout, None if it stays as it is: a conv
+        runs blocked by its schedule (the tuner's may differ from the graph's choice)."""
+        if n.op in ("Conv", "DepthwiseConv"):
+            return self.REWRITES[n.op] if getattr(n.schedule, "blocked", False) else None
+        if n.attrs.get("layout") != "blocked":
+            return None
+        return self.REWRITES.get(n.op, _Rewrite._pointwise)
 
     def _conv(self, conv: Node) -> None:
         xq, w, bias = conv.inputs[:3]
@@ -293,6 +335,16 @@ class _Rewrite:
         self.blocked[y] = yb
         self.unplain.add(y)
 
+    def _depthwise(self, n: Node) -> None:
+        x, w, bias = n.inputs[:3]
+        residual = n.inputs[3] if len(n.inputs) > 3 else None
+        packed = pack_depthwise_weights(w.const, self.lanes)
+        weights = Value(f"{w.name}_nchw{self.lanes}c", packed.shape, w.dtype, const=packed)
+        keep = {k: n.attrs[k] for k in ("strides", "kernel_shape", "pads_begin", "activation")}
+        self._emit_blocked(n, "DepthwiseBlocked", [self._as_blocked(x), weights, bias, None if residual is None
+                                                   else self._as_blocked(residual)],
+                           keep, n.schedule)
+
     def _concat(self, concat: Node) -> None:
         self._emit_blocked(concat, "Concat", [self._as_blocked(v) for v in concat.inputs],
                            {"axis": 1})
@@ -324,7 +376,7 @@ class _Rewrite:
                                    [scaled], name=n.name, sources=n.onnx_nodes))
             self._emit_blocked(n, "Add", [scaled, self._per_channel(c)])
             return
-        attrs = {k: v for k, v in n.attrs.items() if k != "layout"}
+        attrs = {k: v for k, v in n.attrs.items() if k not in ("layout", "block")}
         self._emit_blocked(n, n.op, [None if v is None else self._operand(v, y.shape)
                                      for v in n.inputs], attrs, n.schedule)
 
@@ -344,7 +396,7 @@ class _Rewrite:
     def _operand(self, v: Value, shape: tuple) -> Value:
         """An elementwise operand as the blocked output broadcasts it."""
         kind = _operand_kind(v, shape)
-        if kind == "full" or (kind == "channel" and v in self.blocked):
+        if kind == "full" or (kind == "channel" and self._blocked_here(v)):
             return self._as_blocked(v)  # (N, C, 1, 1) blocked: (N, C / x, 1, 1, x) already
         self._need_plain(v)
         n, c, h, w = _as_4d(v.shape)
@@ -381,23 +433,31 @@ class _Rewrite:
                                                       "steps": (1, 1, *strides, 1)}))
         return out
 
+    def _blocked_here(self, v: Value) -> bool:
+        """Whether v is made blocked in the current region's block."""
+        return v in self.blocked and self.blocked[v].shape[-1] == self.lanes
+
     def _as_blocked(self, v: Value) -> Value:
-        if v not in self.blocked:
+        if self._blocked_here(v):
+            return self.blocked[v]
+        key = (v, self.lanes)
+        if key not in self.converted:
+            self._need_plain(v)  # made in another region's block
             n, c, *spatial = v.shape
             hw = math.prod(spatial)
             grouped = self._view(v, (n, c // self.lanes, self.lanes, hw))
             moved = self._transpose(grouped, (n, c // self.lanes, hw, self.lanes))
-            self.blocked[v] = self._view(moved, blocked_shape(v.shape, self.lanes))
-        return self.blocked[v]
+            self.converted[key] = self._view(moved, blocked_shape(v.shape, self.lanes))
+        return self.converted[key]
 
     def _need_plain(self, v: Value | None) -> None:
         if v is None or v not in self.unplain:
             return
         self.unplain.discard(v)
         n, c, *spatial = v.shape
-        hw = math.prod(spatial)
-        flat = self._view(self.blocked[v], (n, c // self.lanes, hw, self.lanes))
-        moved = self._transpose(flat, (n, c // self.lanes, self.lanes, hw))
+        hw, lanes = math.prod(spatial), self.blocked[v].shape[-1]
+        flat = self._view(self.blocked[v], (n, c // lanes, hw, lanes))
+        moved = self._transpose(flat, (n, c // lanes, lanes, hw))
         self.nodes.append(Node("Reshape", [moved], [v], {"shape": tuple(v.shape)}))
 
     def _view(self, v: Value, shape: tuple) -> Value:
@@ -411,7 +471,8 @@ class _Rewrite:
         return out
 
 
-_Rewrite.REWRITES = {"Concat": _Rewrite._concat, "Slice": _Rewrite._slice,
+_Rewrite.REWRITES = {"Conv": _Rewrite._conv, "DepthwiseConv": _Rewrite._depthwise,
+                     "Concat": _Rewrite._concat, "Slice": _Rewrite._slice,
                      "RowPool": _Rewrite._pool, "GlobalPool": _Rewrite._global_pool}
 
 
@@ -424,8 +485,9 @@ def _strided_pointwise(attrs, pads, in_spatial, out_spatial) -> bool:
 
 def blocked_layers(graph: Graph) -> list[dict]:
     """For meta.json: the convs run in the blocked layout."""
-    return [{"onnx_node": n.name, "in_channels": n.inputs[0].shape[1] * n.inputs[0].shape[-1],
+    return [{"onnx_node": n.name, "op": n.op,
+             "in_channels": n.inputs[0].shape[1] * n.inputs[0].shape[-1],
              "out_channels": n.outputs[0].shape[1] * n.outputs[0].shape[-1],
-             "output": list(n.outputs[0].shape[2:4])}
-            for n in graph.nodes if n.op == "ConvBlocked"]
+             "output": list(n.outputs[0].shape[2:4]), "block": n.outputs[0].shape[-1]}
+            for n in graph.nodes if n.op in ("ConvBlocked", "DepthwiseBlocked")]
 

@@ -19,7 +19,8 @@ PRODUCERS = {"Conv", "DepthwiseConv", "Gemm", "PackedGemm"}
 # where a fused residual goes in each conv's inputs (Conv's fourth is its tap offsets)
 RESIDUAL_INPUT = {"Conv": 4, "DepthwiseConv": 3}
 # the kernels whose stores go through kernels/epilogue.apply_activation
-EPILOGUE_PRODUCERS = PRODUCERS | {"SparseGemm", "WinogradConv", "MatMul", "ConvBlocked"}
+EPILOGUE_PRODUCERS = PRODUCERS | {"SparseGemm", "WinogradConv", "MatMul", "ConvBlocked",
+                                  "DepthwiseBlocked"}
 # the kernels whose epilogue may read tensors besides their result (appended to the inputs)
 OPERAND_EPILOGUE_PRODUCERS = {"MatMul"}
 ACTIVATIONS = {"Relu"}

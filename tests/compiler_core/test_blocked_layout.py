@@ -26,7 +26,7 @@ def every_conv_blocked(monkeypatch):
     """Every conv that can be blocked is, in regions of any size: the kernel tests reach
     shapes (few channels, channel vectors' small planes) the default leaves plain."""
     monkeypatch.setattr(blocked_layout, "blocked_candidate",
-                        lambda node, spec: conv.blocked_eligible(node, spec.vector_bits // 32))
+                        lambda node, spec, lanes: conv.blocked_eligible(node, lanes))
     monkeypatch.setattr(blocked_layout, "BLOCKED_MIN_FLOPS_PER_ELEMENT", 0)
 
 
