@@ -125,7 +125,7 @@ PHASE_ROWS_WHEREVER_IN_L1_CPUS = ("znver1",)
 
 
 # Outputs per register tile of a blocked depthwise conv (kernels/depthwise_blocked.py).
-BLOCKED_POSITIONS = 8
+BLOCKED_POSITIONS = 12
 
 
 @default_rule("DepthwiseConv")

@@ -10,6 +10,10 @@ loaded once and summed into every output of the tile whose window holds it:
 
 With stride 1 and 3x3 taps a tile of 8 loads 10 vectors a kernel row for 24 FMAs, where
 the plain layout's kernel (kernels/depthwise.py) loads each tap for a vector of columns.
+The kernel rows are a loop, not unrolled code: unrolled, LLVM's scheduler summed each
+output's 25 taps (5x5) in one run of dependent FMAs before the next output's, with the
+shared input vectors spilled (znver4, 1 thread, blocks of 8: 5x5 over 120 channels at
+28x28 100 -> 52 us, stride 2 over 72 at 56x56 64 -> 38, 3x3 over 72 at 56x56 57 -> 48).
 Putting depthwise convs in blocked regions is what joins a mobile net's 1x1 convs into
 one region (passes/blocked_layout.py).
 """
@@ -56,19 +60,19 @@ def lower_depthwise_blocked(node, kb, ins, outs):
                  name="item") as item:
         plane, oh = item // OH, item % OH
         cb = plane % CB
-        taps = [[kb.local(y.dtype, w.vec(((cb * kh_n + i) * kw_n + j) * lanes, lanes), "w",
-                          lanes) for j in range(kw_n)] for i in range(kh_n)]
         b = bias.vec(cb * lanes, lanes) if bias is not None else None
 
         def tile(ow0, count: int, guarded: bool):
             """Outputs ow0 .. ow0 + count - 1 of row oh (ow0 static where some tap of
             theirs falls outside the row); `guarded`: some kernel row may lie outside x."""
-            sums = [None] * count
-            for i in range(kh_n):
-                r = oh * sh + (i - ph)
+            sums = [kb.local(y.dtype, zero, "acc", lanes) for _ in range(count)]
+            with kb.loop(kh_n, name="i") as i:
+                r = oh * sh + i - ph
                 inside = (r >= 0) & (r < H)
                 if guarded:
                     r = minimum(maximum(r, 0), H - 1)
+                weights = [kb.local(y.dtype, w.vec(((cb * kh_n + i) * kw_n + j) * lanes, lanes),
+                                    "w", lanes) for j in range(kw_n)]
                 for col in range((count - 1) * sw + kw_n):
                     users = [(p, col - p * sw) for p in range(count)
                              if 0 <= col - p * sw < kw_n]
@@ -80,11 +84,10 @@ def lower_depthwise_blocked(node, kb, ins, outs):
                     value = kb.local(y.dtype, select(inside, tap, zero) if guarded else tap,
                                      "x", lanes)
                     for p, j in users:
-                        term = Get(taps[i][j]) * Get(value)
-                        sums[p] = term if sums[p] is None else chain_add(sums[p], term)
-            for p, value in enumerate(sums):
+                        kb.set(sums[p], chain_add(Get(sums[p]), Get(weights[j]) * Get(value)))
+            for p, acc in enumerate(sums):
                 at = ((plane * OH + oh) * OW + ow0 + p) * lanes
-                value = zero if value is None else value
+                value = Get(acc)
                 if b is not None:
                     value = value + b
                 if residual is not None:
@@ -92,8 +95,10 @@ def lower_depthwise_blocked(node, kb, ins, outs):
                 kb.store_flat(y, at, apply_activation(act, value))
 
         def row(guarded: bool):
-            for ow in [*range(min(lo, OW)), *range(max(hi, lo), OW)]:
-                tile(ow, 1, guarded)
+            if lo:
+                tile(0, min(lo, OW), guarded)
+            if max(hi, lo) < OW:
+                tile(max(hi, lo), OW - max(hi, lo), guarded)
             if full:
                 with kb.loop(full, name="piece") as piece:
                     tile(piece * size + lo, size, guarded)
