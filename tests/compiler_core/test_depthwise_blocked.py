@@ -30,16 +30,17 @@ def every_region_blocked(monkeypatch):
     monkeypatch.setattr(blocked_layout, "BLOCKED_MIN_FLOPS_PER_ELEMENT", 0)
 
 
-def _inverted_residual(c, hw, kernel, stride, pads, residual=False, act="HardSwish"):
+def _inverted_residual(c, hw, kernel, stride, pads, residual=False, act="HardSwish",
+                       bias=True):
     """A mobile net's block: 1x1 conv and ReLU, the depthwise conv (bias, act), 1x1 conv;
     `residual`: the depthwise result plus the first conv's (stride 1 only)."""
     k = kernel
     inits = [("w1", rand(c, c, 1, 1, seed=1) * 0.3), ("wd", rand(c, 1, k, k, seed=2) * 0.3),
-             ("bd", rand(c, seed=3)), ("w2", rand(c, c, 1, 1, seed=4) * 0.3)]
+             ("w2", rand(c, c, 1, 1, seed=4) * 0.3)] + ([("bd", rand(c, seed=3))] if bias else [])
     nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
              helper.make_node("Relu", ["a"], ["ar"]),
-             helper.make_node("Conv", ["ar", "wd", "bd"], ["d"], group=c, kernel_shape=[k, k],
-                              strides=[stride, stride], pads=list(pads))]
+             helper.make_node("Conv", ["ar", "wd", "bd"][:2 + bias], ["d"], group=c,
+                              kernel_shape=[k, k], strides=[stride, stride], pads=list(pads))]
     last = "d"
     if residual:
         nodes.append(helper.make_node("Add", [last, "ar"], ["s"]))
@@ -69,6 +70,7 @@ CASES = [
     dict(c=LANES, hw=7, kernel=5, stride=1, pads=(2, 2, 2, 2), residual=True),
     dict(c=2 * LANES, hw=3, kernel=3, stride=1, pads=(1, 1, 1, 1), act="Relu"),
     dict(c=LANES, hw=30, kernel=3, stride=1, pads=(1, 1, 1, 1), residual=True, act=None),
+    dict(c=LANES, hw=10, kernel=3, stride=2, pads=(1, 1, 1, 1), bias=False),
 ]
 
 
@@ -81,7 +83,7 @@ def test_blocked_depthwise_matches_the_plain_build_at_one_and_two_threads(case, 
     monkeypatch.setattr(depthwise, "BLOCKED_POSITIONS", positions)
     model = _inverted_residual(case["c"], case["hw"], case["kernel"], case["stride"],
                                case["pads"], case.get("residual", False),
-                               case.get("act", "HardSwish"))
+                               case.get("act", "HardSwish"), case.get("bias", True))
     artifact = cc.compile(model)
     ops = [layer["op"] for layer in artifact.meta["blocked_layers"]]
     assert ops == ["ConvBlocked", "DepthwiseBlocked", "ConvBlocked"]
