@@ -122,6 +122,16 @@ def _depthwise_blocked(node: Node) -> int:
     return 2 * _out(node) * taps + _epilogue(node, (2, 3))
 
 
+def _attention(node: Node) -> int:
+    """Attention (kernels/attention.py), counted as the MatMuls it replaces: two products,
+    the scores' epilogue and softmax, the output's scaling by the row sums."""
+    q, kt, v = node.inputs[:3]
+    *batch, s, d = q.shape
+    scores = int(np.prod(batch, dtype=np.int64)) * s * kt.shape[-1]
+    per_score = PER_ELEMENT["Softmax"] + bool(node.attrs.get("activation"))
+    return 2 * scores * (d + v.shape[-1]) + per_score * scores + _out(node)
+
+
 def _sparse_gemm(node: Node) -> int:
     """The multiply-adds it does: each row of A times the stored (nonzero-block) weights."""
     a, values = node.inputs[0], node.inputs[1]
@@ -177,7 +187,7 @@ def _fused(node: Node) -> int:
 
 FLOP_RULES = {"Conv": _conv, "DepthwiseConv": _conv_with_residual,
               "WinogradConv": _conv_with_residual, "ConvBlocked": _conv_blocked,
-              "DepthwiseBlocked": _depthwise_blocked,
+              "DepthwiseBlocked": _depthwise_blocked, "Attention": _attention,
               "ConvTranspose": _conv_transpose,
               "MatMul": _matmul, "Gemm": _gemm, "PackedGemm": _packed_gemm,
               "SparseGemm": _sparse_gemm, "RowPool": _pool, "PoolBlocked": _pool,

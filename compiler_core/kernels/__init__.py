@@ -1,5 +1,5 @@
 """Per-op lowerings to loop nests. Importing this package registers all of them."""
-from . import einsum  # noqa: F401
+from . import attention, einsum  # noqa: F401
 from . import misc, sampling, signal  # noqa: F401  (misc ops)
 from . import elementwise  # noqa: F401
 from . import quantize  # noqa: F401

@@ -15,6 +15,7 @@ from .defer_softmax_division import defer_softmax_division
 from .finalize_outputs import finalize_outputs
 from .fold_batchnorm import fold_batchnorm
 from .fuse_activation import fuse_activation, fuse_epilogue
+from .fuse_attention import fuse_attention
 from .fuse_elementwise import fuse_elementwise
 from .fuse_softmax import fuse_softmax
 from .pack_weights import pack_weights
@@ -34,7 +35,7 @@ PIPELINES: dict[str, list] = {
            use_blocked_layout_for, pack_weights, add_conv_panels],
 }
 PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise, fuse_epilogue, fuse_softmax,
-                                     defer_softmax_division]
+                                     defer_softmax_division, fuse_attention]
 PIPELINES["O3"] = PIPELINES["O2"]
 
 
