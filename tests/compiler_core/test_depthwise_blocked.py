@@ -15,7 +15,7 @@ from compiler_core.kernels import conv, depthwise
 from compiler_core.passes import blocked_layout
 from compiler_core.passes.pipeline import split_at_schedules
 
-from .helpers import AVX2, AVX512, make_model, rand
+from .helpers import AVX2, AVX512, make_model, ort_run, rand
 
 LANES = blocked_layout.block_lanes(host_spec())[-1]
 TRIPLE = "x86_64-unknown-linux-gnu"
@@ -151,3 +151,39 @@ def test_a_region_in_narrower_blocks_than_the_vectors_needs_more_work(monkeypatc
     monkeypatch.setattr(blocked_layout, "BLOCKED_MIN_FLOPS_PER_ELEMENT", work / 1.5)
     assert _marked(model, znver4, "DepthwiseConv").attrs.get("block") is None
     assert _marked(model, znver3, "DepthwiseConv").attrs.get("block") == 8
+
+
+def _mobilenet_v2_blocks(batch: int, hw: int):
+    """Two of MobileNetV2's inverted residuals (24 -> 144 -> 24 channels, ReLU6, the second
+    adding its input), then a strided one to 32 channels: the default layout choice."""
+    nodes, inits, last, c = [], [], "x", 24
+    for i, (expand, stride, out) in enumerate([(144, 1, 24), (144, 1, 24), (144, 2, 32)]):
+        inits += [(f"we{i}", rand(expand, c, 1, 1, seed=10 * i) * 0.2),
+                  (f"wd{i}", rand(expand, 1, 3, 3, seed=10 * i + 1) * 0.3),
+                  (f"bd{i}", rand(expand, seed=10 * i + 2)),
+                  (f"wp{i}", rand(out, expand, 1, 1, seed=10 * i + 3) * 0.2),
+                  (f"lo{i}", np.array(0.0, np.float32)), (f"hi{i}", np.array(6.0, np.float32))]
+        nodes += [helper.make_node("Conv", [last, f"we{i}"], [f"e{i}"]),
+                  helper.make_node("Clip", [f"e{i}", f"lo{i}", f"hi{i}"], [f"er{i}"]),
+                  helper.make_node("Conv", [f"er{i}", f"wd{i}", f"bd{i}"], [f"d{i}"],
+                                   group=expand, kernel_shape=[3, 3], strides=[stride] * 2,
+                                   pads=[1, 1, 1, 1]),
+                  helper.make_node("Clip", [f"d{i}", f"lo{i}", f"hi{i}"], [f"dr{i}"]),
+                  helper.make_node("Conv", [f"dr{i}", f"wp{i}"], [f"p{i}"])]
+        if i == 1:
+            nodes.append(helper.make_node("Add", [f"p{i}", last], [f"s{i}"]))
+        last, c = (f"s{i}" if i == 1 else f"p{i}"), out
+    nodes.append(helper.make_node("Identity", [last], ["y"]))
+    return make_model(nodes, [("x", np.float32, [batch, 24, hw, hw])],
+                      [("y", np.float32, [batch, 32, hw // 2, hw // 2])], inits)
+
+
+def test_mobilenet_v2_blocks_in_a_batch_match_onnxruntime():
+    model = _mobilenet_v2_blocks(2, 28)
+    artifact = cc.compile(model)
+    if LANES == 8:  # channels of 24 and 144 fill blocks of 8 only
+        assert "DepthwiseBlocked" in [layer["op"] for layer in artifact.meta["blocked_layers"]]
+    feeds = {"x": rand(2, 24, 28, 28, seed=9)}
+    want = ort_run(model, feeds)["y"]
+    np.testing.assert_allclose(_run(artifact, feeds, 2), want, rtol=1e-4,
+                               atol=1e-5 * np.abs(want).max())
