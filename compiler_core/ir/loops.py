@@ -313,6 +313,7 @@ class Pick(Expr):
     load: the columns of a stride-2 row computed densely, then picked."""
     parts: tuple
     stride: int
+    first: int = 0  # lane t is lane first + t * stride
 
     @property
     def dtype(self):
@@ -531,11 +532,12 @@ def reduce_lanes(op: str, a: Expr) -> Expr:
     return a if a.lanes == 1 else Reduce(op, a)
 
 
-def pick_lanes(parts: list, stride: int) -> Expr:
-    """Lane t of the result is lane t * stride of `parts` (vectors of equal lanes) end to end."""
-    if len(parts) * parts[0].lanes < (parts[0].lanes - 1) * stride + 1:
+def pick_lanes(parts: list, stride: int, first: int = 0) -> Expr:
+    """Lane t of the result is lane first + t * stride of `parts` (vectors of equal lanes)
+    end to end."""
+    if len(parts) * parts[0].lanes < first + (parts[0].lanes - 1) * stride + 1:
         raise ValueError(f"{len(parts)} vectors hold too few lanes to pick at stride {stride}")
-    return Pick(tuple(parts), stride) if stride > 1 else parts[0]
+    return Pick(tuple(parts), stride, first) if stride > 1 or first else parts[0]
 
 
 def pair_dot(a: Expr, b: Expr) -> Expr:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.loops import INDEX, as_expr, broadcast_index, cast, maximum, minimum, select
+from ..ir.loops import (INDEX, Get, as_expr, broadcast_index, cast, maximum, minimum,
+                        pick_lanes, select)
 from .bounds import IndexCheck
 from .elementwise import loop_kind
 from .registry import lowering
@@ -54,6 +55,9 @@ def lower_transpose(node, kb, ins, outs):
             src[in_axis] = idx[out_axis]
         kb.store(y, idx, x[tuple(src)])
 
+    if _vector_blocks(kb, x, perm):
+        _transpose_vector_blocks(kb, x, y)
+        return
     if reads == writes or min(y.shape[reads], y.shape[writes]) < TRANSPOSE_TILE:
         with kb.loops(y.shape, kind=loop_kind(y.size)) as idx:
             copy(idx)
@@ -70,6 +74,52 @@ def lower_transpose(node, kb, ins, outs):
             with _tile(kb, ti, y.shape[reads]) as i, _tile(kb, tj, y.shape[writes]) as j:
                 idx = dict(zip(outer, rest)) | {reads: i, writes: j}
                 copy(tuple(idx[d] for d in range(len(perm))))
+
+
+def _vector_blocks(kb, x, perm) -> bool:
+    """A swap of the last two axes, the shorter a vector's worth of lanes (the conversions
+    to and from the blocked layout, passes/blocked_layout.py)."""
+    n = len(perm)
+    short = min(x.shape[-2:]) if n >= 2 else 0
+    return (list(perm) == [*range(n - 2), n - 1, n - 2] and short in (4, 8, 16)
+            and short <= kb.lanes(x.dtype))
+
+
+def _transpose_vector_blocks(kb, x, y):
+    """y[..., b, a] = x[..., a, b], the shorter axis `lanes` long: blocks of lanes x lanes
+    along the longer one, `lanes` vectors loaded along b and `lanes` stored along a, each
+    picked from those loaded (a register transpose); the longer axis's last partial block
+    one element at a time."""
+    *outer, A, B = x.shape
+    lanes = min(A, B)
+    along_b = A == lanes
+    whole, tail = divmod(B if along_b else A, lanes)
+
+    def plane(o):
+        return _flat_index(o, outer) * (A * B)
+
+    def block(base, k0):
+        a0, b0 = (as_expr(0), k0) if along_b else (k0, as_expr(0))
+        rows = [kb.local(x.dtype, x.vec(base + (a0 + i) * B + b0, lanes), "row", lanes)
+                for i in range(lanes)]
+        for j in range(lanes):
+            kb.store_flat(y, base + (b0 + j) * A + a0, pick_lanes([Get(r) for r in rows],
+                                                                  lanes, j))
+    if whole:
+        with kb.loops((*outer, whole), kind=loop_kind(x.size)) as idx:
+            block(plane(idx[:-1]), idx[-1] * lanes)
+    if tail:
+        with kb.loops((*outer, tail, lanes)) as idx:
+            *o, t, i = idx
+            a, b = (i, whole * lanes + t) if along_b else (whole * lanes + t, i)
+            kb.store_flat(y, plane(o) + b * A + a, x.flat(plane(o) + a * B + b))
+
+
+def _flat_index(idx, shape):
+    flat = as_expr(0)
+    for i, n in zip(idx, shape):
+        flat = flat * n + i
+    return flat
 
 
 def _tiles(n: int) -> int:

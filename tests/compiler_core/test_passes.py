@@ -129,7 +129,8 @@ def test_attention_scale_and_mask_become_the_scores_epilogue(mask_shape, batch, 
              "m": (rand(*mask_shape, seed=4) > 0).astype(F)}  # some positions masked
     assert_matches(m, feeds)
     kernels = cc.compile(m).meta["kernels"]
-    assert [kn["op"] for kn in kernels if kn["op"] != "Fused"] == ["MatMul", "MatMul"]
+    # both products in one kernel (passes/fuse_attention.py)
+    assert [kn["op"] for kn in kernels if kn["op"] != "Fused"] == ["Attention"]
     scores = next(kn for kn in kernels if "scores" in kn["onnx_nodes"])
     # (a mask of the scores' own shape is computed in the epilogue too)
     assert {"scores", "scale", "mask_add", "softmax"} <= set(scores["onnx_nodes"])
