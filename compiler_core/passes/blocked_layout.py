@@ -341,9 +341,9 @@ class _Rewrite:
         packed = pack_depthwise_weights(w.const, self.lanes)
         weights = Value(f"{w.name}_nchw{self.lanes}c", packed.shape, w.dtype, const=packed)
         keep = {k: n.attrs[k] for k in ("strides", "kernel_shape", "pads_begin", "activation")}
-        self._emit_blocked(n, "DepthwiseBlocked", [self._as_blocked(x), weights, bias, None if residual is None
-                                                   else self._as_blocked(residual)],
-                           keep, n.schedule)
+        ins = [self._as_blocked(x), weights, bias,
+               None if residual is None else self._as_blocked(residual)]
+        self._emit_blocked(n, "DepthwiseBlocked", ins, keep, n.schedule)
 
     def _concat(self, concat: Node) -> None:
         self._emit_blocked(concat, "Concat", [self._as_blocked(v) for v in concat.inputs],
