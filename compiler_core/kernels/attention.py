@@ -103,9 +103,3 @@ def _unravel(flat, shape) -> tuple:
         stride //= n
         idx.append(flat // stride % n if n > 1 else as_expr(0))
     return tuple(idx)
-
-
-def attention_flops(node) -> int:
-    q, kt, v = node.inputs[:3]
-    *batch, S, D = q.shape
-    return 2 * math.prod(batch) * S * kt.shape[-1] * (D + v.shape[-1])

@@ -95,8 +95,8 @@ def _transpose_vector_blocks(kb, x, y):
     along_b = A == lanes
     whole, tail = divmod(B if along_b else A, lanes)
 
-    def plane(o):
-        return _flat_index(o, outer) * (A * B)
+    def plane(o):  # x's and y's planes (..., A, B) and (..., B, A) start alike
+        return x.offset((*o, 0, 0))
 
     def block(base, k0):
         a0, b0 = (as_expr(0), k0) if along_b else (k0, as_expr(0))
@@ -113,13 +113,6 @@ def _transpose_vector_blocks(kb, x, y):
             *o, t, i = idx
             a, b = (i, whole * lanes + t) if along_b else (whole * lanes + t, i)
             kb.store_flat(y, plane(o) + b * A + a, x.flat(plane(o) + a * B + b))
-
-
-def _flat_index(idx, shape):
-    flat = as_expr(0)
-    for i, n in zip(idx, shape):
-        flat = flat * n + i
-    return flat
 
 
 def _tiles(n: int) -> int:

@@ -321,25 +321,18 @@ class _Rewrite:
             xb = self._every(xb, attrs["strides"], y.shape[2:])
             attrs = dict(attrs, strides=[1, 1])
         xb = self._padded(xb, y.shape[2:], attrs, pads)
-        packed = pack_blocked_weights(w.const, self.lanes, sched.vectors)
-        weights = Value(f"{w.name}_nchw{self.lanes}c", packed.shape, w.dtype, const=packed)
-        yb = self._blocked_value(y)
+        weights = self._packed(w, pack_blocked_weights(w.const, self.lanes, sched.vectors))
         ins = [xb, weights, bias, None if residual is None else self._as_blocked(residual)]
         keep = {k: attrs[k] for k in ("strides", "dilations", "kernel_shape", "activation")
                 if k in attrs}
-        self.nodes.append(Node("ConvBlocked", ins, [yb], keep, name=conv.name,
-                               schedule=BlockedConvSchedule(sched.vectors, sched.positions,
-                                                            sched.parallel,
-                                                            sched.split == "columns"),
-                               sources=conv.onnx_nodes))
-        self.blocked[y] = yb
-        self.unplain.add(y)
+        self._emit_blocked(conv, "ConvBlocked", ins, keep,
+                           BlockedConvSchedule(sched.vectors, sched.positions, sched.parallel,
+                                               sched.split == "columns"))
 
     def _depthwise(self, n: Node) -> None:
         x, w, bias = n.inputs[:3]
         residual = n.inputs[3] if len(n.inputs) > 3 else None
-        packed = pack_depthwise_weights(w.const, self.lanes)
-        weights = Value(f"{w.name}_nchw{self.lanes}c", packed.shape, w.dtype, const=packed)
+        weights = self._packed(w, pack_depthwise_weights(w.const, self.lanes))
         keep = {k: n.attrs[k] for k in ("strides", "kernel_shape", "pads_begin", "activation")}
         ins = [self._as_blocked(x), weights, bias,
                None if residual is None else self._as_blocked(residual)]
@@ -388,6 +381,10 @@ class _Rewrite:
                                sources=like.onnx_nodes))
         self.blocked[y] = yb
         self.unplain.add(y)
+
+    def _packed(self, w: Value, packed: np.ndarray) -> Value:
+        """The constant holding weights w packed for a kernel of the current block."""
+        return Value(f"{w.name}_nchw{self.lanes}c", packed.shape, w.dtype, const=packed)
 
     def _blocked_value(self, y: Value) -> Value:
         """The value that holds plain y in the blocked layout."""
