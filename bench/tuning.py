@@ -2,10 +2,13 @@
 
     python -m bench.tuning [--filter NAME[,NAME]] [--tune-seconds 240] [--threads 1]
                            [--seconds 6] [--records FILE] [--curve] [--json FILE]
+                           [--target x86-64-v3]
 
 Each model is compiled untuned, then tuned with the budget (sharing one records file, so a
 workload tuned for one model is reused by the next: the `reused` column), and the two
-artifacts and ONNX Runtime are timed interleaved, as in bench/models.py. The tuned outputs
+artifacts and ONNX Runtime are timed interleaved, as in bench/models.py. `layouts` is the
+layout search's (tune/layouts.py) regions given another layout than the rule's, of those
+it could choose for. The tuned outputs
 must equal the untuned ones within float32 rounding, since a schedule changes the order of
 sums: `same` is the check the tuner makes of every candidate against the default schedule
 (tune/measure_child.mismatch: within 1e-4 of each output's largest magnitude). An
@@ -34,16 +37,17 @@ from .machine import describe, header_line
 from .suite import bench_models
 
 BLOCK_MS = 25.0
-COLUMNS = ("model", "trials", "reused", "tuned", "untuned ms", "tuned ms", "ORT ms",
+COLUMNS = ("model", "trials", "reused", "tuned", "layouts", "untuned ms", "tuned ms", "ORT ms",
            "tuned/untuned", "ORT/tuned", "same", "tune s")
 
 
-def measure(model, tune_seconds: float, threads: int, seconds: float, records: Path) -> dict:
+def measure(model, tune_seconds: float, threads: int, seconds: float, records: Path,
+            target: str = "native") -> dict:
     path, feeds = model.locate(), model.make_feeds()
     shapes = model.input_shapes or None
-    untuned = cc.compile(path, input_shapes=shapes)
+    untuned = cc.compile(path, input_shapes=shapes, target=target)
     t0 = time.perf_counter()
-    tuned = cc.compile(path, input_shapes=shapes, tuning={
+    tuned = cc.compile(path, input_shapes=shapes, target=target, tuning={
         "seconds": tune_seconds, "records": str(records), "threads": threads})
     tune_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory(prefix="tf-bench-tuning-") as tmp:
@@ -62,11 +66,13 @@ def measure(model, tune_seconds: float, threads: int, seconds: float, records: P
             "untuned_ms": ms["untuned"], "tuned_ms": ms["tuned"], "ort_ms": ms["ort"],
             "speedup_tuning": ms["untuned"] / ms["tuned"], "speedup_ort": ms["ort"] / ms["tuned"],
             "same_outputs": same, "tune_s": tune_s, "curve": summary["curve"],
-            "model_check": summary["model_check"]}
+            "model_check": summary["model_check"], "layouts": summary["layouts"]}
 
 
 def format_row(r: dict) -> str:
+    layouts = f"{r['layouts']['changed']}/{r['layouts']['regions']}"
     return (f"{r['model']:16s} {r['trials']:6d} {r['reused']:6d} {r['tuned_kernels']:5d} "
+            f"{layouts:>7s} "
             f"{r['untuned_ms']:10.3f} {r['tuned_ms']:8.3f} {r['ort_ms']:8.3f} "
             f"{r['speedup_tuning']:13.3f} {r['speedup_ort']:9.2f} {str(r['same_outputs']):>5s} "
             f"{r['tune_s']:7.0f}")
@@ -88,6 +94,8 @@ def parse_args(argv):
                     help="models whose name contains one of these comma-separated words")
     ap.add_argument("--tune-seconds", type=float, default=240.0, help="tuning budget per model")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--target", default="native",
+                    help="code for another CPU this one can run, e.g. x86-64-v3 (AVX2)")
     ap.add_argument("--seconds", type=float, default=6.0, help="timing budget per model")
     ap.add_argument("--records", help="tuning records to start from and add to "
                                       "(default: a new file for this run)")
@@ -98,13 +106,15 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    print(header_line(describe()))
+    print(header_line(describe()) + ("" if args.target == "native" else
+                                     f"; code for {args.target}"))
     print(" ".join(COLUMNS), flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="tf-records-") as tmp:
         records = Path(args.records) if args.records else Path(tmp) / "records.jsonl"
         for model in bench_models(args.filter):
-            row = measure(model, args.tune_seconds, args.threads, args.seconds, records)
+            row = measure(model, args.tune_seconds, args.threads, args.seconds, records,
+                          args.target)
             rows.append(row)
             print(format_row(row), flush=True)
             if args.curve:

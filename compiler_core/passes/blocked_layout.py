@@ -90,6 +90,37 @@ def block_lanes(spec: MachineSpec) -> tuple[int, ...]:
     return (lanes, lanes // 2) if lanes == 16 and not two_wide_fma_ports(spec) else (lanes,)
 
 
+def search_lanes(spec: MachineSpec) -> tuple[int, ...]:
+    """The channel blocks the layout search (tune/layouts.py) may try, widest first: the
+    rule's, and half a 512-bit vector on any core with 512-bit vectors (the model decides
+    whether the narrower block's kernels win on it)."""
+    lanes = spec.vector_bits // 32
+    return (lanes, lanes // 2) if lanes == 16 else (lanes,)
+
+
+def layout_regions(graph: Graph, spec: MachineSpec) -> list[list[Node]]:
+    """The regions the layout search chooses for: those of the nodes that could run
+    blocked in the narrowest block it may try."""
+    narrowest = search_lanes(spec)[-1]
+    return _regions(graph, [n for n in graph.nodes if _member(n, spec, narrowest)])
+
+
+def region_blocks(region: list[Node], spec: MachineSpec) -> list[int]:
+    """The blocks of search_lanes(spec) that every member's channels fill."""
+    return [x for x in search_lanes(spec) if all(_member(n, spec, x) for n in region)]
+
+
+def member_block(n: Node) -> int | None:
+    """The channel block a node runs in, None in the plain layout."""
+    return n.attrs.get("block") if n.attrs.get("layout") == "blocked" else None
+
+
+def layout_attrs(block: int | None) -> dict:
+    """The attrs that put a region member in `block` (None: the plain layout), as
+    dict.update takes them (None drops an attr)."""
+    return {"layout": "blocked", "block": block} if block else {"layout": None, "block": None}
+
+
 def region_members(graph: Graph, spec: MachineSpec) -> list[Node]:
     """The nodes that could run blocked (see the module's docstring), in the narrowest
     block the target takes."""

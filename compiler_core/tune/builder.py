@@ -23,6 +23,15 @@ from ..kernels import add_error_flags, lower_node
 from ..passes.pipeline import split_at_schedules
 
 
+@dataclass(frozen=True)
+class ModelVariant:
+    """A whole-model candidate: every node's schedule, in the graph's order, and the attrs
+    some nodes take on top of their own (a region's layout, tune/layouts.py) as
+    (node index, ((attr, value or None to drop it), ...)) pairs."""
+    schedules: tuple
+    attrs: tuple = ()
+
+
 @dataclass
 class BuildTask:
     """What a builder (and runner) needs: picklable, so it crosses process boundaries."""
@@ -34,8 +43,8 @@ class BuildTask:
     threads: int = 1
     weight_dtype: str = "float32"
     prologue: list = field(default_factory=list)  # nodes computing the node's inputs first
-    # a whole model instead of one node (the model check, tune/model_check.py): each of
-    # `schedules` is then a tuple with every node's schedule, in the graph's order
+    # a whole model instead of one node (the model check, tune/model_check.py, and the
+    # layout search, tune/layouts.py): each of `schedules` is then a ModelVariant
     graph: Graph | None = None
 
     @property
@@ -61,12 +70,15 @@ def finished_nodes(task: BuildTask, schedule) -> list[Node]:
     return add_error_flags(graph).nodes
 
 
-def finished_model(task: BuildTask, schedules: tuple) -> Graph:
-    """The task's graph as the model's build would finish it with these schedules."""
+def finished_model(task: BuildTask, variant: ModelVariant) -> Graph:
+    """The task's graph as the model's build would finish it as this variant."""
+    nodes = [_copy(n, schedule=s) for n, s in zip(task.graph.nodes, variant.schedules)]
+    for index, updates in variant.attrs:
+        nodes[index].attrs.update(updates)
+        for name in [k for k, v in updates if v is None]:
+            del nodes[index].attrs[name]
     graph = dataclasses.replace(task.graph, inputs=list(task.graph.inputs),
-                                outputs=list(task.graph.outputs),
-                                nodes=[_copy(n, schedule=s)
-                                       for n, s in zip(task.graph.nodes, schedules)])
+                                outputs=list(task.graph.outputs), nodes=nodes)
     for p in split_at_schedules(task.opt_level, task.spec, task.weight_dtype)[1]:
         graph = p(graph)
     return graph

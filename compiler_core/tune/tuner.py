@@ -1,6 +1,9 @@
 """tune_graph: spend a tuning budget over a graph's kernels and give every node its best
 known schedule.
 
+First the layout search (tune/layouts.py) gives each blocked-layout region its layout, from
+the records or timed in the whole model: the kernels' workloads follow it.
+
 Nodes that share a workload (tune/workload.py) are tuned once. A workload with a successful
 record for the target is reused as it is (a kernel is tuned once per target); the others
 share the budget by their share of the model's time: the next batch always goes to the
@@ -45,7 +48,9 @@ from typing import Callable
 from ..analysis.node_cost import node_cost
 from ..codegen.target_machine import MachineSpec
 from ..ir import Graph, Node
-from .builder import BuildTask
+from .builder import BuildTask, ModelVariant
+from .layouts import (LAYOUT_SHARE, RULE, Region, apply_layout, collect_regions,
+                      layout_variant, region_summary)
 from .model_check import (MAX_WEIGHT_BYTES, in_model_key, onnx_names, seconds_in_model,
                           weight_bytes)
 from .records import RecordStore, make_record
@@ -170,13 +175,17 @@ class Tuner:
         self.curve: list[dict] = []
         self.note: str | None = None
         self.model_check: dict | None = None
+        self.regions: list[Region] = []
+        self._layout_seconds: list[float] = []  # how long each region's timing took
 
     def __call__(self, graph: Graph) -> Graph:
+        started = time.monotonic()
+        if self.opt_level >= 1:  # below, no pass reads the layout
+            self._choose_layouts(graph, started)
         self.workloads = collect_workloads(graph, self.spec, self.weight_dtype,
                                            self.request.threads)
         for w in self.workloads:
             self._load_records(w)
-        started = time.monotonic()
         if self.measure:
             self._spend(started)
             self._confirm_all(started)
@@ -185,6 +194,55 @@ class Tuner:
         for w in self.workloads:
             self._apply(w)
         return graph
+
+    # ---------------------------------------------------------------- layouts
+
+    def _choose_layouts(self, graph: Graph, started: float) -> None:
+        """tune/layouts.py: each region's layout from the records, else timed in the whole
+        model while the budget's LAYOUT_SHARE lasts; the others keep the rule's."""
+        self.regions = collect_regions(graph, self.spec)
+        for region in self.regions:
+            self._load_layout_records(region)
+            apply_layout(graph, region, self.spec)
+        r = self.request
+        deadline = started + r.seconds * LAYOUT_SHARE if r.seconds is not None else float("inf")
+        for region in self.regions:
+            if not self.measure or region.source == "records":
+                continue
+            if r.trials is not None and self.trials + len(region.options) > r.trials:
+                break
+            if not self._fits(max(self._layout_seconds, default=0.0), deadline):
+                break
+            self._time_layouts(graph, region, started)
+            apply_layout(graph, region, self.spec)
+
+    def _load_layout_records(self, region: Region) -> None:
+        """Each option's latest record (a stale file names no option: ignored)."""
+        found = sorted(self.store.find(region.key, self.target), key=lambda r: r.get("at") or 0)
+        for rec in found:
+            option = next((o for o in region.options if o == rec["schedule"]), None)
+            if option is not None:
+                region.timed(option, rec["seconds"])
+        if region.seconds:
+            region.source, region.chosen = "records", region.best()
+
+    def _time_layouts(self, graph: Graph, region: Region, started: float) -> None:
+        variants = [layout_variant(graph, region, o, self.spec) for o in region.options]
+        task = BuildTask(graph.nodes[0], variants, self.spec, self.opt_level, [],
+                         self.request.threads, self.weight_dtype, graph=graph)
+        began = time.monotonic()
+        with self._local:
+            measured = self.run_batch(task)
+        self._layout_seconds.append(time.monotonic() - began)
+        for option, m in zip(region.options, measured):
+            region.timed(option, m.seconds if m.ok else None)
+            self.trials += 1
+            self.measured_by[m.by or "local"] += 1
+            self.failures += not m.ok
+            self.store.add(make_record(region.key, self.target, "Layout", option,
+                                       option == RULE, m.seconds if m.ok else None, m.error))
+        region.source, region.chosen = "tuned", region.best()
+        self._progress("layout", started)
 
     # ---------------------------------------------------------------- records
 
@@ -429,7 +487,7 @@ class Tuner:
         began = time.monotonic()
         base = {id(n): w.choice for w in self.workloads if w not in unchecked for n in w.nodes}
         tuned = {**base, **{id(n): w.choice for w in unchecked for n in w.nodes}}
-        schedules = [tuple(choices.get(id(n), n.schedule) for n in graph.nodes)
+        schedules = [ModelVariant(tuple(choices.get(id(n), n.schedule) for n in graph.nodes))
                      for choices in (base, tuned)]
         task = BuildTask(graph.nodes[0], schedules, self.spec, self.opt_level, [],
                          self.request.threads, self.weight_dtype, graph=graph)
@@ -488,8 +546,10 @@ class Tuner:
 
     def _progress(self, op: str, started: float) -> None:
         point = {"trials": self.trials, **self._estimate()}
-        self.curve.append(point)
+        if point["default_ms"]:  # not before a kernel's default has been timed
+            self.curve.append(point)
         self.on_progress({
+            "layouts": self._layouts_progress(),
             "kernels_total": len(self.workloads),
             "kernels_done": sum(x.done for x in self.workloads),
             "trials": self.trials, "trials_budget": self.request.trials,
@@ -497,6 +557,11 @@ class Tuner:
             "seconds_budget": self.request.seconds, "op": op, "failures": self.failures,
             "model_check": self.model_check,
             **point})
+
+    def _layouts_progress(self) -> dict:
+        return {"regions": len(self.regions),
+                "done": sum(r.source != "default" for r in self.regions),
+                "changed": sum(r.chosen != RULE for r in self.regions)}
 
     def _estimate(self) -> dict:
         """Time of the kernels whose default has been timed: as tuned so far, and default."""
@@ -513,6 +578,10 @@ class Tuner:
                 "tuned_kernels": sum(w.source == "tuned" for w in self.workloads),
                 "tunable_kernels": len(self.workloads), "seconds": round(self.seconds, 2),
                 "note": self.note, "model_check": self.model_check,
+                "layouts": {**self._layouts_progress(),
+                            "reused": sum(r.source == "records" for r in self.regions),
+                            "seconds": round(sum(self._layout_seconds), 2),
+                            "choices": [region_summary(r) for r in self.regions]},
                 "kernels": kernels, "curve": self.curve,
                 "measured_by": dict(self.measured_by),
                 "slot_failures": self.slot_failures[:10]}

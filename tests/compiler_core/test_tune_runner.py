@@ -16,7 +16,7 @@ from compiler_core.kernels.conv import winograd_schedule
 from compiler_core.passes.assign_schedules import assign_schedules_for
 from compiler_core.passes.pipeline import split_at_schedules
 from compiler_core.tune import RecordStore, Tuner, TuningRequest
-from compiler_core.tune.builder import BuildTask
+from compiler_core.tune.builder import BuildTask, ModelVariant
 from compiler_core.tune.runner import run_batch
 from compiler_core.tune.tuner import collect_workloads
 
@@ -152,9 +152,9 @@ def test_a_model_check_builds_and_profiles_whole_models():
     graph = padded_conv_graph()
     conv = next(w for w in collect_workloads(graph, host_spec()) if w.op == "Conv")
     lanes = host_spec().vector_bits // 32
-    default = tuple(n.schedule for n in graph.nodes)
-    winograd = tuple(winograd_schedule(n, 2, lanes) if n is conv.nodes[0] else n.schedule
-                     for n in graph.nodes)
+    default = ModelVariant(tuple(n.schedule for n in graph.nodes))
+    winograd = ModelVariant(tuple(winograd_schedule(n, 2, lanes) if n is conv.nodes[0]
+                                  else n.schedule for n in graph.nodes))
     task = BuildTask(graph.nodes[0], [default, winograd], host_spec(), 3, [], graph=graph)
     measured = run_batch(task)
     assert [m.error for m in measured] == [None, None]

@@ -40,7 +40,7 @@ def synthetic_measurement(task, schedule, by: str | None = None) -> Measurement:
     if task.graph is None:
         return Measurement(schedule, synthetic_seconds(schedule), by=by)
     parts = [[list(n.onnx_nodes), synthetic_seconds(s)]
-             for n, s in zip(task.graph.nodes, schedule)]
+             for n, s in zip(task.graph.nodes, schedule.schedules)]
     return Measurement(schedule, sum(t for _, t in parts), by=by, parts=parts)
 
 

@@ -229,9 +229,10 @@ def test_job_page_shows_tuning_progress_and_curve(browser, api, uploaded, no_enq
     CompileJob.objects.filter(pk=job_id).update(state="running", stage="tune", tuning_progress={
         "kernels_done": 1, "kernels_total": 3, "trials": 24, "trials_budget": 64, "failures": 2,
         "seconds": 9.5, "seconds_budget": None, "estimate_ms": 1.5, "default_ms": 2.0,
-        "curve": curve})
+        "curve": curve, "layouts": {"regions": 2, "done": 2, "changed": 1}})
     page = browser.get(f"/jobs/{job_id}/").content.decode()
     assert 'id="tuning-progress"' in page and "1 / 3" in page and "of 64" in page
+    assert 'id="layout-search"' in page and "2 / 2" in page and "1 changed" in page
     assert "2 failed" in page and 'id="tuning-chart"' in page and "<polyline" in page
 
 
