@@ -6,11 +6,10 @@
 
 Each model is compiled untuned, then tuned with the budget (sharing one records file, so a
 workload tuned for one model is reused by the next: the `reused` column), and the two
-artifacts and ONNX Runtime are timed interleaved, as in bench/models.py. `layouts` is the
-layout search's (tune/layouts.py) regions given another layout than the rule's, of those
-it could choose for. The tuned outputs
-must equal the untuned ones within float32 rounding, since a schedule changes the order of
-sums: `same` is the check the tuner makes of every candidate against the default schedule
+artifacts and ONNX Runtime are timed interleaved, as in bench/models.py. `layouts` counts
+the regions the layout search (tune/layouts.py) gave another layout than the rule's, of
+those it could choose for. The tuned outputs must equal the untuned ones within float32
+rounding, since a schedule changes the order of sums: `same` is the check the tuner makes of every candidate against the default schedule
 (tune/measure_child.mismatch: within 1e-4 of each output's largest magnitude). An
 elementwise allclose at 1e-4 failed YOLOv8n-320's untuned outputs against ONNX Runtime's
 too, on box coordinates near 0 beside others near 900. `--curve` prints the tuner's

@@ -32,6 +32,17 @@ class ModelVariant:
     attrs: tuple = ()
 
 
+def updated_attrs(attrs: dict, updates) -> dict:
+    """A copy of attrs with (name, value) updates, a value of None dropping the attr."""
+    out = dict(attrs)
+    for name, value in updates:
+        if value is None:
+            out.pop(name, None)
+        else:
+            out[name] = value
+    return out
+
+
 @dataclass
 class BuildTask:
     """What a builder (and runner) needs: picklable, so it crosses process boundaries."""
@@ -74,9 +85,7 @@ def finished_model(task: BuildTask, variant: ModelVariant) -> Graph:
     """The task's graph as the model's build would finish it as this variant."""
     nodes = [_copy(n, schedule=s) for n, s in zip(task.graph.nodes, variant.schedules)]
     for index, updates in variant.attrs:
-        nodes[index].attrs.update(updates)
-        for name in [k for k, v in updates if v is None]:
-            del nodes[index].attrs[name]
+        nodes[index].attrs = updated_attrs(nodes[index].attrs, updates)
     graph = dataclasses.replace(task.graph, inputs=list(task.graph.inputs),
                                 outputs=list(task.graph.outputs), nodes=nodes)
     for p in split_at_schedules(task.opt_level, task.spec, task.weight_dtype)[1]:

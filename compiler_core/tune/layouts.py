@@ -31,7 +31,7 @@ from ..codegen.target_machine import MachineSpec
 from ..ir import Graph
 from ..kernels.schedule import default_schedule
 from ..passes.blocked_layout import layout_attrs, layout_regions, member_block, region_blocks
-from .builder import ModelVariant
+from .builder import ModelVariant, updated_attrs
 
 MIN_GAIN = 0.02         # a layout other than the rule's must save this share of the model
 MIN_FLOPS_SHARE = 0.02  # a region with less of the model's conv FLOPs keeps the rule's
@@ -106,11 +106,9 @@ def _model_digest(graph: Graph) -> str:
 
 
 def _with_layout(attrs: dict, option: dict) -> dict:
-    """attrs without the rule's layout marks, with the option's (RULE: none)."""
-    out = {k: v for k, v in attrs.items() if k not in ("layout", "block")}
-    if option != RULE:
-        out.update({k: v for k, v in layout_attrs(option_block(option)).items() if v is not None})
-    return out
+    """attrs with the option's layout (RULE: without the rule's marks)."""
+    return updated_attrs(attrs, layout_attrs(None if option == RULE
+                                             else option_block(option)).items())
 
 
 def layout_variant(graph: Graph, region: Region, option: dict,
