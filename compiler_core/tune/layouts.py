@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from ..analysis.node_cost import node_flops
 from ..codegen.target_machine import MachineSpec
-from ..ir import Graph
+from ..ir import Graph, Node
 from ..kernels.schedule import default_schedule
 from ..passes.blocked_layout import layout_attrs, layout_regions, member_block, region_blocks
 from .builder import ModelVariant, updated_attrs
@@ -105,10 +105,22 @@ def _model_digest(graph: Graph) -> str:
     return hashlib.sha256(repr(keys).encode()).hexdigest()
 
 
+def _layout_updates(option: dict) -> tuple:
+    """The (attr, value) updates that put a member in the option's layout (builder's
+    updated_attrs); for RULE, the plain layout's: the rule's marks dropped."""
+    return tuple(layout_attrs(option_block(option)).items())
+
+
 def _with_layout(attrs: dict, option: dict) -> dict:
-    """attrs with the option's layout (RULE: without the rule's marks)."""
-    return updated_attrs(attrs, layout_attrs(None if option == RULE
-                                             else option_block(option)).items())
+    return updated_attrs(attrs, _layout_updates(option))
+
+
+def _moved(n: Node, option: dict, spec: MachineSpec) -> Node:
+    """A copy of member n in the option's layout, with its default schedule there."""
+    moved = dataclasses.replace(n, attrs=_with_layout(n.attrs, option))
+    if n.schedule is not None:
+        moved.schedule = default_schedule(moved, spec)
+    return moved
 
 
 def layout_variant(graph: Graph, region: Region, option: dict,
@@ -118,12 +130,9 @@ def layout_variant(graph: Graph, region: Region, option: dict,
     schedules = [n.schedule for n in graph.nodes]
     if option == RULE:
         return ModelVariant(tuple(schedules))
-    updates = tuple(layout_attrs(option_block(option)).items())
     for k in region.indices:
-        n = graph.nodes[k]
-        if n.schedule is not None:
-            schedules[k] = default_schedule(
-                dataclasses.replace(n, attrs=_with_layout(n.attrs, option)), spec)
+        schedules[k] = _moved(graph.nodes[k], option, spec).schedule
+    updates = _layout_updates(option)
     return ModelVariant(tuple(schedules), tuple((k, updates) for k in region.indices))
 
 
@@ -132,10 +141,8 @@ def apply_layout(graph: Graph, region: Region, spec: MachineSpec) -> None:
     if region.chosen == RULE:
         return
     for k in region.indices:
-        n = graph.nodes[k]
-        n.attrs = _with_layout(n.attrs, region.chosen)
-        if n.schedule is not None:
-            n.schedule = default_schedule(n, spec)
+        moved = _moved(graph.nodes[k], region.chosen, spec)
+        graph.nodes[k].attrs, graph.nodes[k].schedule = moved.attrs, moved.schedule
 
 
 def region_summary(region: Region) -> dict:

@@ -235,12 +235,9 @@ class Tuner:
             measured = self.run_batch(task)
         self._layout_seconds.append(time.monotonic() - began)
         for option, m in zip(region.options, measured):
-            region.timed(option, m.seconds if m.ok else None)
-            self.trials += 1
-            self.measured_by[m.by or "local"] += 1
-            self.failures += not m.ok
-            self.store.add(make_record(region.key, self.target, "Layout", option,
-                                       option == RULE, m.seconds if m.ok else None, m.error))
+            seconds = m.seconds if m.ok else None
+            region.timed(option, seconds)
+            self._store(region.key, "Layout", option, option == RULE, seconds, m.error, m.by)
         region.source, region.chosen = "tuned", region.best()
         self._progress("layout", started)
 
@@ -265,11 +262,16 @@ class Tuner:
     def _record(self, w: Workload, m: Measurement) -> None:
         w.tried[m.schedule] = m
         w.trials += 1
+        self._store(w.key, w.op, schedule_fields(m.schedule), m.schedule == w.space[0],
+                    m.seconds, m.error, m.by)
+
+    def _store(self, key: str, op: str, fields: dict, default: bool, seconds, error,
+               by) -> None:
+        """Any measurement (a kernel's, a model's, a layout's): a trial, and a record."""
         self.trials += 1
-        self.measured_by[m.by or "local"] += 1
-        self.failures += not m.ok
-        self.store.add(make_record(w.key, self.target, w.op, schedule_fields(m.schedule),
-                                   m.schedule == w.space[0], m.seconds, m.error))
+        self.measured_by[by or "local"] += 1
+        self.failures += error is not None
+        self.store.add(make_record(key, self.target, op, fields, default, seconds, error))
 
     # ---------------------------------------------------------------- budget
 
@@ -530,13 +532,8 @@ class Tuner:
         return seconds_in_model(onnx_names(w.nodes + w.prologue), parts) / len(w.nodes)
 
     def _record_in_model(self, w: Workload, schedule, seconds, error, by) -> None:
-        """A measurement too (a trial)."""
-        self.trials += 1
-        self.measured_by[by or "local"] += 1
-        self.failures += error is not None
-        self.store.add(make_record(in_model_key(w.key), self.target, w.op,
-                                   schedule_fields(schedule), schedule == w.space[0],
-                                   seconds, error))
+        self._store(in_model_key(w.key), w.op, schedule_fields(schedule),
+                    schedule == w.space[0], seconds, error, by)
 
     # ---------------------------------------------------------------- results
 
