@@ -7,9 +7,10 @@ average pools, and elementwise ops (and inference BatchNormalization) whose othe
 broadcast per channel or per position (squeeze-excite's gate, a scale). It joins them into
 regions through the tensors they pass each other, and marks a region's members `layout:
 "blocked"` when its work outweighs the layout changes at its border: at least
-BLOCKED_MIN_FLOPS_PER_ELEMENT conv FLOPs per element converted. A region's channel block
-(attr `block`) is the widest of block_lanes(spec) that all its members' channels fill. The
-default schedule of a marked conv or depthwise conv is a blocked one.
+BLOCKED_MIN_FLOPS_PER_ELEMENT conv FLOPs per element converted (twice that in blocks of
+8, see _pays). A region's channel block (attr `block`) is the widest of block_lanes(spec)
+that all its members' channels fill. The default schedule of a marked conv or depthwise
+conv is a blocked one.
 
 `use_blocked_layout_for(spec)` runs after the schedules are final (and after
 use_winograd), before weight packing. Each Conv whose schedule says `blocked` becomes a
@@ -70,10 +71,9 @@ BLOCKED_MIN_FLOPS_PER_ELEMENT = 150
 
 def choose_blocked_layout_for(spec: MachineSpec):
     def choose_blocked_layout(graph: Graph) -> Graph:
-        widest = block_lanes(spec)[0]
         for region in _regions(graph, region_members(graph, spec)):
             lanes = next(x for x in block_lanes(spec) if all(_member(n, spec, x) for n in region))
-            if _pays(region, graph, widest // lanes):
+            if _pays(region, graph, lanes):
                 for n in region:
                     n.attrs.update(layout="blocked", block=lanes)
         return graph
@@ -250,12 +250,14 @@ def _source(producers, v: Value):
     return p
 
 
-def _pays(region: list[Node], graph: Graph, narrowing: int) -> bool:
-    """A region in blocks narrower than the vectors (by `narrowing`) needs that much more
-    work: its kernels are a little slower, and SqueezeNet's region (167) in blocks of 8 on
-    znver4 cost 1.031 | 1.031 of the plain layout's time at 1 | 2 threads, where
-    MobileNetV3's (1414, its depthwise convs with it) saved 5-7%."""
-    return flops_per_converted_element(region, graph) >= BLOCKED_MIN_FLOPS_PER_ELEMENT * narrowing
+def _pays(region: list[Node], graph: Graph, lanes: int) -> bool:
+    """BLOCKED_MIN_FLOPS_PER_ELEMENT holds for blocks of 16 channels; a region in blocks of
+    8 needs twice the work, whether 8 lanes are half the vector or all of it. SqueezeNet's
+    region (167) in blocks of 8, at 1 thread against the plain layout: on znver4 (half its
+    512-bit vectors) 1.031 of the plain layout's time; on znver3 (AVX2) 1.058, 1.044, 1.030
+    in three runs, and 1.046 with AVX2 code on znver5. MobileNetV3's (2099 on znver3, its
+    depthwise convs with it) ran 1.061 of its time in the plain layout there."""
+    return flops_per_converted_element(region, graph) >= BLOCKED_MIN_FLOPS_PER_ELEMENT * 16 / lanes
 
 
 def flops_per_converted_element(region: list[Node], graph: Graph) -> float:
