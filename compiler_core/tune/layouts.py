@@ -6,13 +6,14 @@ converted element reach a threshold, in the widest block all its members fill. T
 threshold was set on one machine and sits between models; on another target a model can
 land on the wrong side of it. AMD EPYC (LLVM: znver5), AVX2 code (x86-64-v3), 1 thread:
 SqueezeNet's one region (171 FLOPs per converted element) ran 0.956 of the rule's time in
-the plain layout, while MobileNetV3's ran 1.075 of it. So with a tuning budget each region
+the plain layout, while MobileNetV3's ran 1.075 of it (since then the rule asks more of
+blocks of 8 and takes SqueezeNet's plain). So with a tuning budget each region
 is built into the whole model in each of its layouts (the rule's, the plain one, and
 every block its members fill: search_lanes) and the variants are timed taking turns
 (tune/measure_model.py), one region at a time, the one with the most conv FLOPs first,
 each with the regions before it as chosen. A layout replaces the rule's only when the model
-runs at least MIN_GAIN faster with it. It runs before the kernels are tuned: a conv's
-kernel, and so its workload, follows its layout.
+runs at least MIN_GAIN faster with it, round by round (tune/paired.py). It runs before the
+kernels are tuned: a conv's kernel, and so its workload, follows its layout.
 
 Records: a region's key is `Layout-<digest>` of the whole model's nodes and the region's
 place in it (a layout's worth is the model's time, so the choice is the model's); each
@@ -32,6 +33,8 @@ from ..ir import Graph, Node
 from ..kernels.schedule import default_schedule
 from ..passes.blocked_layout import layout_attrs, layout_regions, member_block, region_blocks
 from .builder import ModelVariant, updated_attrs
+from .paired import why_not_faster
+from .runner import Measurement
 
 MIN_GAIN = 0.02         # a layout other than the rule's must save this share of the model
 MIN_FLOPS_SHARE = 0.02  # a region with less of the model's conv FLOPs keeps the rule's
@@ -62,6 +65,15 @@ class Region:
         timed = [(s, o) for o in self.options if (s := self.seconds.get(option_name(o)))]
         seconds, option = min(timed, key=lambda t: t[0])
         return option if seconds <= (1 - MIN_GAIN) * rule else RULE
+
+
+def judged(option: dict, m: Measurement, rule: Measurement) -> str | None:
+    """Why the option's measurement cannot be chosen: its error, or for another layout than
+    the rule's, the rounds not showing it MIN_GAIN faster (tune/paired.py). Recorded as the
+    option's error, so that a compile from the records makes the same choice."""
+    if m.error or option == RULE or not rule.ok:
+        return m.error
+    return why_not_faster(m, rule, MIN_GAIN)
 
 
 def option_name(option: dict) -> str:

@@ -5,7 +5,8 @@ shared library) with one schedule per node; it runs on random inputs, its output
 checked against the reference's (candidate 0), and then the candidates take turns, ROUNDS
 times, each turn profiling ROUND_SECONDS of back-to-back runs (tf_profile: each kernel's
 wall time), so machine noise hits them alike. A candidate's time per kernel is the median
-of its turns' means: {"done": k, "seconds": model run, "parts": [[onnx nodes, seconds]...]}.
+of its turns' means: {"done": k, "seconds": model run, "rounds": [each turn's model run],
+"parts": [[onnx nodes, seconds]...]} (tune/paired.py compares candidates round by round).
 """
 from __future__ import annotations
 
@@ -135,5 +136,5 @@ def _time(runs: dict, say) -> None:
     for k, run in runs.items():
         totals, parts = zip(*profiles[k])
         each = np.median(np.array(parts), axis=0)
-        say(done=k, seconds=float(np.median(totals)),
+        say(done=k, seconds=float(np.median(totals)), rounds=[float(t) for t in totals],
             parts=[[names, float(t)] for names, t in zip(run.parts, each)])

@@ -6,9 +6,10 @@ the two agree, but a schedule that wins alone can lose in the model (znver4, Mob
 4 minutes of tuning: one run's tuned model was 0.963 of the untuned speed, all its kernels
 faster alone). So once the search is over, the model is built twice, exactly as
 cc.compile builds it: once with every newly chosen schedule, once with those kernels at
-their default, and the two are profiled taking turns (tune/measure_model.py). A workload
-keeps its tuned schedule only when its kernels take less time in the tuned model than in
-the default one.
+their default, and the two are profiled taking turns (tune/measure_model.py). Unless the
+tuned model is faster round by round (tune/paired.py), every workload keeps its default;
+if it is, a workload keeps its tuned schedule only when its kernels take less time in the
+tuned model than in the default one.
 
 Both in-model times go to the records store under the workload's key plus IN_MODEL, and
 they outrank the kernel's own timings whenever those records are reused: a compile from

@@ -38,6 +38,7 @@ class Measurement:
     error: str | None = None
     by: str | None = None          # the worker that measured it (the service's slots)
     parts: list | None = None      # a whole model's: [[onnx nodes, seconds] per kernel]
+    rounds: list | None = None     # a whole model's: seconds per run in each round (paired.py)
 
     @property
     def ok(self) -> bool:
@@ -122,7 +123,7 @@ def _follow(proc, task, candidate_seconds, build_seconds, err_path) -> dict:
         elif "done" in event:
             k = event["done"]
             results[k] = Measurement(task.schedules[k], event.get("seconds"), event.get("error"),
-                                     parts=event.get("parts"))
+                                     parts=event.get("parts"), rounds=event.get("rounds"))
             running = None
     proc.wait()
     if running is not None or len(results) < len(task.schedules):

@@ -24,7 +24,8 @@ search's share of it (1 - CONFIRM_SHARE), and the head-to-heads go in order of t
 they may save while one as long as the longest so far still fits; a best left
 unconfirmed is chosen on its search timing (the kernel's summary says `confirmed: false`).
 Last, the model check (tune/model_check.py) builds the whole model with and without the new
-choices and keeps only those whose kernels are faster in the model; it has the last
+choices and keeps only those whose kernels are faster in the model, and none unless the
+tuned model as a whole wins round by round (tune/paired.py); it has the last
 MODEL_CHECK_SHARE of a seconds budget (a big model's two builds may take longer).
 
 Slots: `run` times a batch here; each of `slots` times batches elsewhere (in the service,
@@ -49,10 +50,11 @@ from ..analysis.node_cost import node_cost
 from ..codegen.target_machine import MachineSpec
 from ..ir import Graph, Node
 from .builder import BuildTask, ModelVariant
-from .layouts import (LAYOUT_SHARE, RULE, Region, apply_layout, collect_regions,
+from .layouts import (LAYOUT_SHARE, RULE, Region, apply_layout, collect_regions, judged,
                       layout_variant, region_summary)
 from .model_check import (MAX_WEIGHT_BYTES, in_model_key, onnx_names, seconds_in_model,
                           weight_bytes)
+from .paired import NOT_FASTER, why_not_faster
 from .records import RecordStore, make_record
 from .request import TuningRequest
 from .runner import Measurement, run_batch
@@ -235,9 +237,10 @@ class Tuner:
             measured = self.run_batch(task)
         self._layout_seconds.append(time.monotonic() - began)
         for option, m in zip(region.options, measured):
-            seconds = m.seconds if m.ok else None
+            error = judged(option, m, measured[0])
+            seconds = None if error else m.seconds
             region.timed(option, seconds)
-            self._store(region.key, "Layout", option, option == RULE, seconds, m.error, m.by)
+            self._store(region.key, "Layout", option, option == RULE, seconds, error, m.by)
         region.source, region.chosen = "tuned", region.best()
         self._progress("layout", started)
 
@@ -270,7 +273,7 @@ class Tuner:
         """Any measurement (a kernel's, a model's, a layout's): a trial, and a record."""
         self.trials += 1
         self.measured_by[by or "local"] += 1
-        self.failures += error is not None
+        self.failures += error is not None and not error.startswith(NOT_FASTER)
         self.store.add(make_record(key, self.target, op, fields, default, seconds, error))
 
     # ---------------------------------------------------------------- budget
@@ -497,6 +500,8 @@ class Tuner:
             default, chosen = self.run_batch(task)
         if not (default.ok and chosen.ok):
             self._model_check_failed(unchecked, default, chosen)
+        elif why := why_not_faster(chosen, default, 0.0):
+            self._model_check_rejected(unchecked, default, chosen, why)
         else:
             self._judge_in_model(unchecked, default, chosen)
         self.model_check["seconds"] = round(time.monotonic() - began, 2)
@@ -519,10 +524,23 @@ class Tuner:
         its own check, so this is rare: the model's outputs differ past rounding); when the
         default build failed, the choices stay as the kernels' own timings made them."""
         self.model_check = {"checked": False, "why": (default.error or chosen.error)[:300]}
-        if not default.ok:
-            return
+        if default.ok:
+            self._keep_defaults(unchecked, default, chosen.error)
+
+    def _model_check_rejected(self, unchecked: list, default: Measurement,
+                              chosen: Measurement, why: str) -> None:
+        """A tuned model the rounds do not show faster (tune/paired.py) keeps the defaults:
+        whatever its kernels' times say, tuning never ships a model it has not seen win."""
+        self._keep_defaults(unchecked, default, why)
+        self.model_check = {"checked": True, "kernels": len(unchecked), "kept": 0,
+                            "default_ms": _ms(default.seconds), "tuned_ms": _ms(chosen.seconds),
+                            "why": why}
+
+    def _keep_defaults(self, unchecked: list, default: Measurement, why: str) -> None:
+        """Each workload's choice recorded as failed in the model for `why`, and its default
+        timed there, so that a compile from the records keeps the default too."""
         for w in unchecked:
-            self._record_in_model(w, w.choice, None, chosen.error, default.by)
+            self._record_in_model(w, w.choice, None, why, default.by)
             w.in_model = {w.space[0]: self._seconds_in_model(w, default.parts)}
             self._record_in_model(w, w.space[0], w.in_model[w.space[0]], None, default.by)
 

@@ -68,7 +68,7 @@ def test_two_slots_measure_about_twice_the_trials(tmp_path, no_early_stop):
 
 def test_slots_give_the_same_results_as_one(tmp_path, no_early_stop):
     """With a budget over the whole space both measure every candidate and agree."""
-    request = TuningRequest(trials=600)
+    request = TuningRequest(trials=len(gemm_workload().space) + 100)  # the host's space
     one = tune(request, tmp_path, FakeMeasurer(sleep=0.005))
     two = tune(request, tmp_path, FakeMeasurer(sleep=0.005),
                [FakeMeasurer("w2", 0.005), FakeMeasurer("w3", 0.005)])

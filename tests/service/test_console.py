@@ -252,3 +252,8 @@ def test_job_page_shows_the_model_check(browser, api, uploaded, no_enqueue):
     CompileJob.objects.filter(pk=job_id).update(tuning_progress=progress)
     page = browser.get(f"/jobs/{job_id}/").content.decode()
     assert "1 / 2 kept" in page and "tuned 1.9" in page
+    assert "round by round" not in page
+    progress["model_check"].update(kept=0, why="not clearly faster: 0.990 of the reference's")
+    CompileJob.objects.filter(pk=job_id).update(tuning_progress=progress)
+    page = browser.get(f"/jobs/{job_id}/").content.decode()
+    assert "0 / 2 kept" in page and "not faster round by round" in page
