@@ -15,6 +15,7 @@ import resource
 import signal
 import stat
 import sys
+import threading
 from pathlib import Path
 
 import pyseccomp as seccomp  # imported before any filter: it runs ldconfig to find libseccomp
@@ -93,13 +94,25 @@ def _readable_by_others(path: Path) -> bool:
 def die_with_parent() -> None:
     """SIGKILL when the parent dies. Without namespaces the runner names its pid, which
     also catches a parent that died before the signal was armed; inside bwrap the parent is
-    bwrap's own init, which --die-with-parent ties to the worker."""
+    bwrap's own init, which --die-with-parent ties to the worker. That misses a worker that
+    died before bwrap armed its signal (seen on a slow host: bwrap and the child outlived a
+    killed worker), so the child also exits when the runner's lifeline pipe reaches
+    end-of-file, which happens however and whenever the worker died."""
     parent = int(os.environ.get("TF_SANDBOX_PARENT", os.getppid()))
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent:
         os._exit(1)
+    lifeline = os.environ.get("TF_SANDBOX_LIFELINE")
+    if lifeline is not None:
+        threading.Thread(target=_exit_at_end_of_file, args=(int(lifeline),), daemon=True).start()
+
+
+def _exit_at_end_of_file(fd: int) -> None:
+    while os.read(fd, 1):  # the runner never writes: only end-of-file comes
+        pass
+    os._exit(1)
 
 
 def install_seccomp(allow_exec: bool = False) -> None:

@@ -100,7 +100,7 @@ def _hand_over(workdir: Path, uid: int | None) -> dict:
     return {"TF_SANDBOX_UID": str(uid)}
 
 
-def _start(spec: ChildSpec, result_path: Path, log_path: Path) -> subprocess.Popen:
+def _start(spec: ChildSpec, result_path: Path, log_path: Path, lifeline: int) -> subprocess.Popen:
     args_path = spec.workdir / f"{spec.kind}-args.json"
     args_path.write_text(json.dumps(spec.args))
     (spec.workdir / "tmp").mkdir(exist_ok=True)
@@ -108,10 +108,11 @@ def _start(spec: ChildSpec, result_path: Path, log_path: Path) -> subprocess.Pop
     cmd = child_command(spec, result_path, args_path)
     with open(log_path, "wb") as log_file:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file, cwd=spec.workdir,
-                                env={**child_env(spec), **_parent_env(), **identity},
+                                env={**child_env(spec), **_parent_env(), **identity,
+                                     "TF_SANDBOX_LIFELINE": str(lifeline)},
                                 start_new_session=True,
                                 stdin=subprocess.DEVNULL, close_fds=True,
-                                pass_fds=spec.pass_fds)
+                                pass_fds=(*spec.pass_fds, lifeline))
 
 
 def _read_events(stream, out: queue.Queue, limits: Limits) -> None:
@@ -216,7 +217,16 @@ def run_child(spec: ChildSpec, on_event: Callable[[dict], None] = lambda e: None
     result_path = spec.workdir / f"{spec.kind}-result.json"
     log_path = spec.workdir / f"{spec.kind}.log"
     result_path.unlink(missing_ok=True)
-    proc = _start(spec, result_path, log_path)
+    # the child holds the read end: it sees end-of-file when this process is gone, however
+    # and whenever it died (sandbox/confine.die_with_parent)
+    lifeline, keep = os.pipe()
+    try:
+        proc = _start(spec, result_path, log_path, lifeline)
+    except BaseException:
+        os.close(keep)
+        raise
+    finally:
+        os.close(lifeline)
     events: queue.Queue = queue.Queue()
     threading.Thread(target=_read_events, args=(proc.stdout, events, spec.limits),
                      daemon=True).start()
@@ -231,6 +241,7 @@ def run_child(spec: ChildSpec, on_event: Callable[[dict], None] = lambda e: None
     finally:
         if proc.poll() is None:
             _kill(proc)
+        os.close(keep)
     time.sleep(0.05)
     _drain(events, on_event)
     return _outcome(spec, proc.returncode, result_path, log_path)

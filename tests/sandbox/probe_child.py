@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import socket
 import subprocess
@@ -106,6 +107,7 @@ def fill_directory(args: dict) -> None:
 
 
 def sleep_forever(args: dict) -> None:
+    print(json.dumps({"sleeping": True}), flush=True)  # confined by now
     while True:
         time.sleep(1)
 

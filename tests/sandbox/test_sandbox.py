@@ -166,6 +166,29 @@ run_child(ChildSpec("sleep", {}, Path(sys.argv[1]), 600, module="tests.sandbox.p
 """
 
 
+def test_the_child_exits_when_its_lifeline_closes_though_its_parent_lives(mode, tmp_path):
+    """What catches a worker that died before the parent-death signal was armed: the child
+    sees the lifeline's end-of-file, whoever its parent is."""
+    from sandbox.runner import _start
+    work = tmp_path / "work"
+    work.mkdir()
+    spec = ChildSpec("sleep", {}, work, 600, module=PROBE)
+    lifeline, keep = os.pipe()
+    proc = _start(spec, work / "sleep-result.json", work / "sleep.log", lifeline)
+    os.close(lifeline)
+    try:
+        assert b"sleeping" in proc.stdout.readline()  # confined: its lifeline is watched
+        time.sleep(0.5)
+        assert proc.poll() is None
+        os.close(keep)
+        proc.wait(timeout=10)
+        wait_gone(str(work))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def test_parent_death_kills_the_child(mode, tmp_path):
     work = tmp_path / "work"
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(work)], cwd=REPO_ROOT)
