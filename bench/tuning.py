@@ -9,10 +9,11 @@ workload tuned for one model is reused by the next: the `reused` column), and th
 artifacts and ONNX Runtime are timed interleaved, as in bench/models.py. `layouts` counts
 the regions the layout search (tune/layouts.py) gave another layout than the rule's, of
 those it could choose for. The tuned outputs must equal the untuned ones within float32
-rounding, since a schedule changes the order of sums: `same` is the check the tuner makes of every candidate against the default schedule
-(tune/measure_child.mismatch: within 1e-4 of each output's largest magnitude). An
-elementwise allclose at 1e-4 failed YOLOv8n-320's untuned outputs against ONNX Runtime's
-too, on box coordinates near 0 beside others near 900. `--curve` prints the tuner's
+rounding, since a schedule changes the order of sums: `same` is the check the tuner makes
+of every candidate against the default schedule (tune/measure_child.mismatch: within 1e-4
+of each output's largest magnitude). An elementwise allclose at 1e-4 failed YOLOv8n-320's
+untuned outputs against ONNX Runtime's too, on box coordinates near 0 beside others near
+900. `--curve` prints the tuner's
 model-time estimate against trials (meta.json's tuning.curve).
 """
 from __future__ import annotations

@@ -514,9 +514,7 @@ class Tuner:
                           w.choice: self._seconds_in_model(w, chosen.parts)}
             for s, seconds in w.in_model.items():
                 self._record_in_model(w, s, seconds, None, default.by)
-        self.model_check = {"checked": True, "kernels": len(unchecked),
-                            "kept": sum(w.choice != w.space[0] for w in unchecked),
-                            "default_ms": _ms(default.seconds), "tuned_ms": _ms(chosen.seconds)}
+        self.model_check = _checked(unchecked, default, chosen)
 
     def _model_check_failed(self, unchecked: list, default: Measurement,
                             chosen: Measurement) -> None:
@@ -532,9 +530,7 @@ class Tuner:
         """A tuned model the rounds do not show faster (tune/paired.py) keeps the defaults:
         whatever its kernels' times say, tuning never ships a model it has not seen win."""
         self._keep_defaults(unchecked, default, why)
-        self.model_check = {"checked": True, "kernels": len(unchecked), "kept": 0,
-                            "default_ms": _ms(default.seconds), "tuned_ms": _ms(chosen.seconds),
-                            "why": why}
+        self.model_check = {**_checked(unchecked, default, chosen), "why": why}
 
     def _keep_defaults(self, unchecked: list, default: Measurement, why: str) -> None:
         """Each workload's choice recorded as failed in the model for `why`, and its default
@@ -613,6 +609,13 @@ class Tuner:
                 "confirmed": w.confirmed,
                 "in_model_ms": {"default": _ms(w.in_model.get(w.space[0])),
                                 "chosen": _ms(w.in_model.get(chosen))} if w.in_model else None}
+
+
+def _checked(unchecked: list, default: Measurement, chosen: Measurement) -> dict:
+    """meta.json's tuning.model_check once the model check has decided."""
+    return {"checked": True, "kernels": len(unchecked),
+            "kept": sum(w.choice != w.space[0] for w in unchecked),
+            "default_ms": _ms(default.seconds), "tuned_ms": _ms(chosen.seconds)}
 
 
 def _against_default(w: Workload, measured: list) -> list:

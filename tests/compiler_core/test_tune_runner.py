@@ -174,24 +174,32 @@ def slower_in_the_model(task):
     return [default, replace(chosen, parts=[[names, 2 * t] for names, t in default.parts])]
 
 
-def test_a_choice_slower_in_the_model_is_not_kept_now_or_from_the_records(tmp_path):
-    path = tmp_path / "records.jsonl"
+def tuned_keeping_the_default(path, run) -> Tuner:
+    """The probe graph tuned with `run` into the records at `path`: it keeps its default."""
     graph = probe_graph()
-    tuner = Tuner(TuningRequest(trials=20), host_spec(), 3, RecordStore(path),
-                  run=slower_in_the_model)
+    tuner = Tuner(TuningRequest(trials=20), host_spec(), 3, RecordStore(path), run=run)
     tuner(graph)
     assert graph.nodes[0].schedule == ProbeSchedule("slow")
-    summary = tuner.summary()
+    return tuner
+
+
+def assert_the_records_keep_the_default(path) -> None:
+    """A second tuning from the records measures nothing and keeps the default too."""
+    def no_measuring(task):
+        raise AssertionError("measured a workload the records already hold")
+    again = Tuner(TuningRequest(trials=20), host_spec(), 3, RecordStore(path), run=no_measuring)
+    assert again(probe_graph()).nodes[0].schedule == ProbeSchedule("slow")
+
+
+def test_a_choice_slower_in_the_model_is_not_kept_now_or_from_the_records(tmp_path):
+    path = tmp_path / "records.jsonl"
+    summary = tuned_keeping_the_default(path, slower_in_the_model).summary()
     assert summary["model_check"]["checked"] and summary["model_check"]["kept"] == 0
     (kernel,) = summary["kernels"]
     assert kernel["default"] and kernel["in_model_ms"]["chosen"] == kernel["in_model_ms"]["default"]
     in_model = [r for r in RecordStore(path).all() if r["workload"].endswith("@model")]
     assert sorted(r["schedule"]["mode"] for r in in_model) == ["fast", "slow"]
-
-    def no_measuring(task):
-        raise AssertionError("measured a workload the records already hold")
-    again = Tuner(TuningRequest(trials=20), host_spec(), 3, RecordStore(path), run=no_measuring)
-    assert again(probe_graph()).nodes[0].schedule == ProbeSchedule("slow")
+    assert_the_records_keep_the_default(path)
 
 
 def tuned_model_lucky(task):
@@ -209,23 +217,13 @@ def tuned_model_lucky(task):
 
 def test_a_tuned_model_that_does_not_win_round_by_round_keeps_the_defaults(tmp_path):
     path = tmp_path / "records.jsonl"
-    graph = probe_graph()
-    tuner = Tuner(TuningRequest(trials=20), host_spec(), 3, RecordStore(path),
-                  run=tuned_model_lucky)
-    tuner(graph)
-    assert graph.nodes[0].schedule == ProbeSchedule("slow")
-    summary = tuner.summary()
-    check = summary["model_check"]
+    check = tuned_keeping_the_default(path, tuned_model_lucky).summary()["model_check"]
     assert check["checked"] and check["kept"] == 0 and "faster in 5" in check["why"]
     assert check["tuned_ms"] < check["default_ms"]  # by its median: the rounds overrule it
     rejected = [r for r in RecordStore(path).all() if r["workload"].endswith("@model")
                 and r["error"]]
     assert [r["schedule"]["mode"] for r in rejected] == ["fast"]
-
-    def no_measuring(task):
-        raise AssertionError("measured a workload the records already hold")
-    again = Tuner(TuningRequest(trials=20), host_spec(), 3, RecordStore(path), run=no_measuring)
-    assert again(probe_graph()).nodes[0].schedule == ProbeSchedule("slow")
+    assert_the_records_keep_the_default(path)
 
 
 def drifting(factors):
