@@ -105,6 +105,33 @@ def test_winograd_and_direct_candidates_of_a_padded_conv_are_measured_alike():
     assert [m.error for m in measured] == [None] * 4
 
 
+def test_a_blocked_kernel_is_timed_without_the_layout_conversions_it_needs_alone(monkeypatch):
+    """Alone, a conv in the blocked layout has its input converted into the layout and its
+    output back; in the model a region converts at its edges only. The conversions run in
+    the check, and only the conv's own kernels are timed, as the model check times them
+    in the model."""
+    from compiler_core.kernels import conv
+    from compiler_core.passes import blocked_layout
+    from compiler_core.tune.builder import finished_nodes
+    from compiler_core.tune.measure_child import timed_part
+    monkeypatch.setattr(blocked_layout, "blocked_candidate",
+                        lambda node, spec, lanes: conv.blocked_eligible(node, lanes))
+    monkeypatch.setattr(blocked_layout, "BLOCKED_MIN_FLOPS_PER_ELEMENT", 0)
+    workload = next(w for w in collect_workloads(padded_conv_graph(), host_spec())
+                    if w.op == "Conv")
+    node = workload.nodes[0]
+    assert node.attrs["layout"] == "blocked"
+    task = BuildTask(node, workload.space[:3], host_spec(), 3, workload.checked,
+                     prologue=workload.prologue)
+    nodes = finished_nodes(task, workload.space[0])
+    assert "Transpose" in [n.op for n in nodes]
+    timed, kernels = timed_part(task, nodes, list(range(len(nodes))))
+    assert [n.op for n in timed] == ["ConvBlocked"]
+    assert kernels == [nodes.index(timed[0])]
+    assert len(task.schedules) > 1
+    assert [m.error for m in run_batch(task, **FAST_LIMITS)] == [None] * len(task.schedules)
+
+
 def test_candidates_are_timed_going_round_copies_of_their_weights():
     """As in a model, where a layer's weights were last read a whole run ago."""
     from compiler_core.tune.measure_child import (COLD_BYTES, MAX_COPIES, arrays_for,
