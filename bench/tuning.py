@@ -13,8 +13,8 @@ rounding, since a schedule changes the order of sums: `same` is the check the tu
 of every candidate against the default schedule (tune/measure_child.mismatch: within 1e-4
 of each output's largest magnitude). An elementwise allclose at 1e-4 failed YOLOv8n-320's
 untuned outputs against ONNX Runtime's too, on box coordinates near 0 beside others near
-900. `--curve` prints the tuner's
-model-time estimate against trials (meta.json's tuning.curve).
+900. `--curve` prints the tuner's model-time estimate against trials (meta.json's
+tuning.curve).
 """
 from __future__ import annotations
 

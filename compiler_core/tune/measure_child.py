@@ -208,10 +208,10 @@ def measure(task, built) -> None:
         if wrong:
             say(done=k, error=f"wrong result: {wrong}")
             continue
-        nodes, libs = timed_part(task, nodes, built.libs[k])
-        checked[k] = rotating([bound_call(nodes, libs, arrays)]
-                              + [bound_call(nodes, libs, copy)
-                                 for copy in cold_copies(nodes, arrays)])
+        timed, libs = timed_part(task, nodes, built.libs[k])
+        checked[k] = rotating([bound_call(timed, libs, arrays)]
+                              + [bound_call(timed, libs, copy)
+                                 for copy in cold_copies(timed, arrays)])
     for k, seconds in seconds_in_rounds(checked).items():
         say(done=k, seconds=seconds)
 
