@@ -39,7 +39,8 @@ def _range_function(parent: KernelLowering, s: L.For) -> ir.Function:
     parent.outlined += 1
     lo, hi = sub.fn.args[-2:]
     sub.depth = 1  # the loop below is the outlined one: nested parallel loops stay serial
-    sub.stmts([L.For(s.var, RawIndex(lo), RawIndex(hi), s.body, "serial")])
+    # every chunk starts within the loop's range
+    sub.stmts([L.For(s.var, RawIndex(lo, s.start.value >= 0), RawIndex(hi), s.body, "serial")])
     sub.b.ret_void()
     sub.alloca_builder.branch(sub.fn.blocks[1])
     return sub.fn

@@ -18,6 +18,7 @@ def converter(op_type: str, since: int = 1):
 
 
 def find_converter(op_type: str, opset: int) -> Callable | None:
+    from . import converters  # noqa: F401  importing them registers every converter
     versions = CONVERTERS.get(op_type, {})
     usable = [v for v in versions if v <= opset]
     return versions[max(usable)] if usable else None
