@@ -10,9 +10,9 @@ import numpy as np
 
 from .analysis.node_cost import graph_costs, node_cost
 from .artifact import Artifact, artifact_files
-from .codegen.link import emit_object, link_shared
-from .codegen.module_builder import Step, build_module
-from .codegen.parallel import uses_threads
+from .codegen.link import link_shared
+from .codegen.module_builder import Step
+from .codegen.split_build import build_objects
 from .codegen.target_machine import MachineSpec
 from .errors import CompileError
 from .frontend.limits import check_arena
@@ -90,12 +90,10 @@ def build_model(graph: Graph, spec: MachineSpec, opt_level: int, link: Callable 
     plan = plan_memory(add_error_flags(graph))
     check_arena(plan.arena_size)  # before the arena or any kernel exists
     steps, step_nodes = lower_graph(graph, plan, spec)
-    module = build_module(graph.name, spec.triple, steps, plan)
-    obj = emit_object(str(module), spec, opt_level)
+    objects, threads = build_objects(graph.name, spec, opt_level, steps, plan)
     with tempfile.TemporaryDirectory(prefix="tensorforge-") as tmp:
         so_path = Path(tmp) / "model.so"
-        link(obj, pack_weights(plan), Path(tmp) / "build", so_path, uses_threads(module),
-             spec.triple)
+        link(objects, pack_weights(plan), Path(tmp) / "build", so_path, threads, spec.triple)
         return so_path.read_bytes(), steps, step_nodes, plan
 
 

@@ -41,16 +41,14 @@ class LinkHelper:
         os.close(to_parent)
         return cls(pid, to_helper, from_helper)
 
-    def link(self, obj: bytes, weights: bytes, workdir: Path, out: Path, threads: bool,
-             triple: str | None = None) -> None:
+    def link(self, objects: list[bytes], weights: bytes, workdir: Path, out: Path,
+             threads: bool, triple: str | None = None) -> None:
         """The signature of compiler_core.codegen.link.link_shared, run by the helper."""
-        from compiler_core.codegen.link import LinkError
+        from compiler_core.codegen.link import LinkError, write_inputs
 
-        workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "kernels.o").write_bytes(obj)
-        (workdir / "weights.bin").write_bytes(weights)
-        _send(self.requests, {"workdir": str(workdir), "out": str(out), "threads": threads,
-                              "triple": triple})
+        write_inputs(objects, weights, workdir)
+        _send(self.requests, {"workdir": str(workdir), "objects": len(objects), "out": str(out),
+                              "threads": threads, "triple": triple})
         reply = _receive(self.replies)
         if reply is None or reply.get("error"):
             raise LinkError((reply or {}).get("error") or "the link helper died")
@@ -97,17 +95,15 @@ def _receive(fd: int) -> dict | None:
 
 def _serve(requests: int, replies: int) -> None:
     confine.install_seccomp(allow_exec=True)
-    from compiler_core.codegen.link import LinkError, link_shared
+    from compiler_core.codegen.link import LinkError, link_written
 
     while (request := _receive(requests)) is not None:
         if "measure" in request:
             _send(replies, _measure(request))
             continue
-        workdir = Path(request["workdir"])
         try:
-            link_shared((workdir / "kernels.o").read_bytes(),
-                        (workdir / "weights.bin").read_bytes(), workdir, Path(request["out"]),
-                        bool(request["threads"]), request.get("triple"))
+            link_written(Path(request["workdir"]), int(request["objects"]), Path(request["out"]),
+                         bool(request["threads"]), request.get("triple"))
             _send(replies, {})
         except (LinkError, OSError) as exc:
             _send(replies, {"error": str(exc)})

@@ -87,16 +87,27 @@ def pool_object(cc: str) -> bytes:
         return obj.read_bytes()
 
 
-def link_shared(obj: bytes, weights: bytes, workdir: Path, out: Path, threads: bool,
+def link_shared(objects: list[bytes], weights: bytes, workdir: Path, out: Path, threads: bool,
                 triple: str | None = None) -> None:
     """Link for `triple` (default: this machine, as kernel libraries loaded here are);
-    `threads`: the module has parallel loops (codegen/parallel.uses_threads)."""
+    `threads`: the code has parallel loops (codegen/parallel.uses_threads)."""
+    write_inputs(objects, weights, workdir)
+    link_written(workdir, len(objects), out, threads, triple)
+
+
+def write_inputs(objects: list[bytes], weights: bytes, workdir: Path) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "kernels.o").write_bytes(obj)
+    for k, obj in enumerate(objects):
+        (workdir / f"kernels{k}.o").write_bytes(obj)
     (workdir / "weights.bin").write_bytes(weights)
+
+
+def link_written(workdir: Path, count: int, out: Path, threads: bool,
+                 triple: str | None = None) -> None:
+    """link_shared's link, of the `count` objects and the weights write_inputs wrote."""
     (workdir / "weights.s").write_text(WEIGHTS_ASM.format(path=(workdir / "weights.bin").resolve()))
     cc = find_cc(triple or host_spec().triple)
-    objects = [str(workdir / "kernels.o"), str(workdir / "weights.s")]
+    objects = [str(workdir / f"kernels{k}.o") for k in range(count)] + [str(workdir / "weights.s")]
     if threads:
         (workdir / "thread_pool.o").write_bytes(pool_object(cc))
         objects.append(str(workdir / "thread_pool.o"))

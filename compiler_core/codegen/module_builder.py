@@ -36,7 +36,10 @@ class Step:
     message: str = ""  # what that error code means, for meta.json
 
 
-def build_module(name: str, triple: str, steps: list[Step], plan: MemoryPlan) -> ir.Module:
+def build_module(name: str, triple: str, steps: list[Step], plan: MemoryPlan,
+                 elsewhere: frozenset[int] = frozenset()) -> ir.Module:
+    """`elsewhere`: ids of kernels another module defines (codegen/split_build.py): they
+    are declared here, and the thread count is shared with it."""
     module = ir.Module(name=name)
     module.triple = triple
     weights = ir.GlobalVariable(module, ir.ArrayType(I8, max(plan.weights_size, 1)), "tf_weights")
@@ -46,7 +49,8 @@ def build_module(name: str, triple: str, steps: list[Step], plan: MemoryPlan) ->
     lowered: dict[int, ir.Function] = {}  # steps may share one Kernel (driver.lower_graph)
     for s in steps:
         if s.kernel is not None and id(s.kernel) not in lowered:
-            lowered[id(s.kernel)] = lower_kernel(module, s.kernel)
+            lowered[id(s.kernel)] = (declare_kernel(module, s.kernel) if id(s.kernel) in elsewhere
+                                     else lower_kernel(module, s.kernel))
     fns = [lowered.get(id(s.kernel)) if s.kernel is not None else None for s in steps]
     entry = wrap_entry(module, _entry(module, "tf_graph", steps, fns, plan, weights),
                        "tf_run_with_arena")
@@ -55,7 +59,18 @@ def build_module(name: str, triple: str, steps: list[Step], plan: MemoryPlan) ->
     _static_entry(module, entry, plan)
     _constant_fn(module, "tf_num_kernels", I32, sum(1 for s in steps if s.kernel))
     set_threads_function(module)
+    if elsewhere:
+        threads_global(module).linkage = "hidden"  # llvmlite writes it where LLVM reads a visibility
     return module
+
+
+def declare_kernel(module: ir.Module, kernel: Kernel) -> ir.Function:
+    """A kernel of another module of the same library: a hidden function of its name."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * len(kernel.params)),
+                     name=kernel.name)
+    fn.linkage = "hidden"
+    fn.attributes.add("nounwind")
+    return fn
 
 
 def set_threads_function(module) -> None:

@@ -33,7 +33,7 @@ def build_module(kernels: list[Kernel], triple: str) -> ir.Module:
 def build_library(kernels: list[Kernel], spec: MachineSpec, opt_level: int, path: Path) -> None:
     module = build_module(kernels, spec.triple)
     obj = emit_object(str(module), spec, opt_level)
-    link_shared(obj, b"", path.parent / f"{path.stem}-build", path, uses_threads(module))
+    link_shared([obj], b"", path.parent / f"{path.stem}-build", path, uses_threads(module))
 
 
 def _export(module, fn, nparams, name) -> None:

@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..codegen.split_build import fork_and_run
 from ..codegen.standalone import KernelLibrary, build_library
 from ..codegen.target_machine import MachineSpec
 from ..ir import Graph, Node
@@ -135,18 +136,6 @@ def _libraries(kernels: list, spec: MachineSpec, opt_level: int, errors: list) -
                        **libs_here}.items():
             libs[k] = got
     return libs
-
-
-def fork_and_run(build) -> int:
-    pid = os.fork()
-    if pid == 0:  # the child builds and leaves at once, whatever happens
-        code = 1
-        try:
-            build()
-            code = 0
-        finally:
-            os._exit(code)
-    return pid
 
 
 def _flat(kernels: list, share: list[int]) -> list:

@@ -85,7 +85,7 @@ def build_candidate(task, k: int, directory: Path) -> None:
 def build_all(task, directory: Path) -> tuple[dict, list]:
     """({k: ModelRun}, per candidate its build error or None): the candidates after the
     first are built in forked processes meanwhile (LLVM builds take turns in one process)."""
-    from .builder import fork_and_run
+    from ..codegen.split_build import fork_and_run
     pids = [fork_and_run(lambda k=k: build_candidate(task, k, directory))
             for k in range(1, len(task.schedules))]
     build_candidate(task, 0, directory)
