@@ -41,7 +41,6 @@ batch) and then dropped, so a lost worker never holds the compile up.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import Counter
@@ -242,7 +241,8 @@ class Tuner:
             measured = self.run_batch(task)
         took = time.monotonic() - began
         self._layout_seconds.append(took)
-        self._model_build = max(self._model_build or 0.0, took / _build_turns(len(variants)))
+        # the variants' builds share the cores (each would take them all alone)
+        self._model_build = max(self._model_build or 0.0, took / len(variants))
         for option, m in zip(region.options, measured):
             error = judged(option, m, measured[0])
             seconds = None if error else m.seconds
@@ -302,7 +302,7 @@ class Tuner:
         if not self._checks_model:
             return 0.0
         share = self.request.seconds * MODEL_CHECK_SHARE
-        return max(share, (self._model_build or 0.0) * _build_turns(2))
+        return max(share, (self._model_build or 0.0) * 2)
 
     @staticmethod
     def _fits(step_seconds: float, deadline: float) -> bool:
@@ -648,12 +648,6 @@ def _against_default(w: Workload, measured: list) -> list:
         return measured
     scale = default / reference.seconds
     return [replace(m, seconds=m.seconds * scale) if m.ok else m for m in measured]
-
-
-def _build_turns(models: int) -> float:
-    """How many builds' time `models` whole-model builds take together: the measure child
-    builds them all at once (tune/measure_model.build_all), one per core at a time."""
-    return max(1.0, models / max(1, len(os.sched_getaffinity(0))))
 
 
 def _possible_saving(w: Workload) -> float:
