@@ -32,14 +32,18 @@ def build_objects(name: str, spec: MachineSpec, opt_level: int, steps: list[Step
     apart = half_by_size(kernels)
     with tempfile.TemporaryDirectory(prefix="tensorforge-split-") as tmp:
         path = Path(tmp) / "apart.o"
-        pid = fork_and_run(lambda: _write_share(name, spec, opt_level, apart, path))
-        main = build_module(name, spec.triple, steps, plan, elsewhere={id(k) for k in apart})
-        objects = [emit_object(str(main), spec, opt_level)]
-        if os.waitpid(pid, 0)[1] == 0 and path.exists():
-            objects.append(path.read_bytes())
-        else:  # the fork failed: its share built here (an error shows as it would have)
+        try:
+            pid = fork_and_run(lambda: _write_share(name, spec, opt_level, apart, path))
+        except OSError:  # no process to spare (RLIMIT_NPROC): the share is built here below
+            pid = 0
+        try:
+            main = build_module(name, spec.triple, steps, plan, elsewhere={id(k) for k in apart})
+            objects = [emit_object(str(main), spec, opt_level)]
+        finally:  # the fork is waited for even when this share fails
+            built = bool(pid) and os.waitpid(pid, 0)[1] == 0 and path.exists()
+        if not built:  # built here after all (an error then shows as it would in one module)
             _write_share(name, spec, opt_level, apart, path)
-            objects.append(path.read_bytes())
+        objects.append(path.read_bytes())
         threads = uses_threads(main) or path.with_suffix(".threads").exists()
     return objects, threads
 

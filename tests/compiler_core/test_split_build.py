@@ -10,6 +10,7 @@ from onnx import helper
 
 import compiler_core as cc
 from compiler_core import driver
+from compiler_core.codegen import split_build
 from compiler_core.codegen.split_build import build_objects, half_by_size, share_module
 from compiler_core.ir.loops import KernelBuilder
 
@@ -59,17 +60,30 @@ def _two_conv_model():
          ("wd", rand(10, c, seed=5)), ("bd", rand(10, seed=6))])
 
 
+def _onnx_runtime(model, x):
+    import onnxruntime as ort
+    return ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: one module")
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_model_built_in_two_objects_computes_what_onnx_runtime_does(monkeypatch, threads):
-    import onnxruntime as ort
     built = []
     monkeypatch.setattr(driver, "build_objects",
                         lambda *args: built.append(build_objects(*args)) or built[-1])
-    model = _two_conv_model()
-    x = rand(1, 32, 28, 28, seed=7)
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    model, x = _two_conv_model(), rand(1, 32, 28, 28, seed=7)
     loaded = cc.compile(model).load(threads=threads)
     assert len(built[0][0]) == 2
-    np.testing.assert_allclose(loaded.run({"x": x})["z"], want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(loaded.run({"x": x})["z"], _onnx_runtime(model, x), rtol=1e-4,
+                               atol=1e-5)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: one module")
+def test_without_a_process_to_spare_both_shares_are_built_here(monkeypatch):
+    def no_fork(build):
+        raise OSError("Resource temporarily unavailable")
+    monkeypatch.setattr(split_build, "fork_and_run", no_fork)
+    model, x = _two_conv_model(), rand(1, 32, 28, 28, seed=7)
+    got = cc.compile(model).load().run({"x": x})["z"]
+    np.testing.assert_allclose(got, _onnx_runtime(model, x), rtol=1e-4, atol=1e-5)
