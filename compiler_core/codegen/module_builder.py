@@ -59,8 +59,8 @@ def build_module(name: str, triple: str, steps: list[Step], plan: MemoryPlan,
     _static_entry(module, entry, plan)
     _constant_fn(module, "tf_num_kernels", I32, sum(1 for s in steps if s.kernel))
     set_threads_function(module)
-    if elsewhere:
-        threads_global(module).linkage = "hidden"  # llvmlite writes it where LLVM reads a visibility
+    if elsewhere:  # llvmlite writes the linkage where LLVM reads a visibility
+        threads_global(module).linkage = "hidden"
     return module
 
 

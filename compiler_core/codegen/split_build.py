@@ -11,10 +11,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from llvmlite import ir
+
 from ..ir.loops import For, If, Kernel
 from ..passes.memory_plan import MemoryPlan
 from .link import emit_object
-from .lower_kernel import KernelLowering
+from .lower_kernel import lower_kernel
 from .module_builder import Step, build_module
 from .parallel import THREADS, uses_threads
 from .target_machine import MachineSpec
@@ -53,15 +55,12 @@ def half_by_size(kernels: list[Kernel]) -> list[Kernel]:
     first, each to the lighter share; the second share is returned."""
     shares: tuple[list, list] = ([], [])
     sizes = [0, 0]
-    for kernel in sorted(kernels, key=_size, reverse=True):
+    for size, kernel in sorted(((_statements(k.body), k) for k in kernels),
+                               key=lambda pair: pair[0], reverse=True):
         lighter = sizes.index(min(sizes))
         shares[lighter].append(kernel)
-        sizes[lighter] += _size(kernel)
+        sizes[lighter] += size
     return shares[1]
-
-
-def _size(kernel: Kernel) -> int:
-    return _statements(kernel.body)
 
 
 def _statements(body: list) -> int:
@@ -86,12 +85,10 @@ def _write_share(name: str, spec: MachineSpec, opt_level: int, kernels: list[Ker
 def share_module(name: str, triple: str, kernels: list[Kernel]):
     """The kernels as hidden functions of their own names, reading the thread count the
     entry points' module defines."""
-    from llvmlite import ir
     module = ir.Module(name=f"{name}.share")
     module.triple = triple
-    for kernel in kernels:
-        fn = KernelLowering(module, kernel).lower()
-        fn.linkage = "hidden"  # llvmlite writes it where LLVM reads a visibility
+    for kernel in kernels:  # llvmlite writes the linkage where LLVM reads a visibility
+        lower_kernel(module, kernel).linkage = "hidden"
     threads = module.globals.get(THREADS)
     if threads is not None:
         threads.initializer, threads.linkage, threads.storage_class = None, "external", "hidden"

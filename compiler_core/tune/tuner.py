@@ -180,7 +180,7 @@ class Tuner:
         self.model_check: dict | None = None
         self.regions: list[Region] = []
         self._layout_seconds: list[float] = []  # how long each region's timing took
-        self._model_build: float | None = None  # seconds to build and time the model once
+        self._model_build = 0.0  # seconds to build and time the model once (0: not seen)
         self._checks_model = True               # whether its weights allow a model check
 
     def __call__(self, graph: Graph) -> Graph:
@@ -242,7 +242,7 @@ class Tuner:
         took = time.monotonic() - began
         self._layout_seconds.append(took)
         # the variants' builds share the cores (each would take them all alone)
-        self._model_build = max(self._model_build or 0.0, took / len(variants))
+        self._model_build = max(self._model_build, took / len(variants))
         for option, m in zip(region.options, measured):
             error = judged(option, m, measured[0])
             seconds = None if error else m.seconds
@@ -302,7 +302,7 @@ class Tuner:
         if not self._checks_model:
             return 0.0
         share = self.request.seconds * MODEL_CHECK_SHARE
-        return max(share, (self._model_build or 0.0) * 2)
+        return max(share, self._model_build * 2)
 
     @staticmethod
     def _fits(step_seconds: float, deadline: float) -> bool:
