@@ -7,7 +7,7 @@ mutations (one or two knobs changed) and the rest of the space (a random sample 
 SAMPLE candidates) are ranked by the cost model (tune/cost_model.py), the best predicted are
 measured, and a quarter of every batch stays random so that the model keeps seeing
 unexplored corners.
-Until the op's model has enough measurements to train, it samples at random.
+Until the model of the op and schedule class has enough measurements to train, it samples at random.
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ class EvolutionarySearch:
             return []
         if len(pool) <= n:
             return pool
-        if not self.model.trained(node.op):
+        if not self.model.trained(node, workload.space[0]):
             return self.rng.sample(pool, n)
         ranked = self._ranked(workload, pool)
         explore = int(n * self.EXPLORE) if n > 2 else 0

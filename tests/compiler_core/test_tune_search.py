@@ -90,3 +90,29 @@ def test_tuned_for_one_thread_every_candidate_keeps_the_defaults_parallel_split(
     assert node.schedule.parallel and one[0] == two[0] == node.schedule
     assert {s.parallel for s in one} == {True} and {s.parallel for s in two} == {True, False}
     assert len(two) == 2 * len(one)
+
+
+def test_one_op_with_two_schedule_classes_gets_a_model_for_each():
+    """DepthwiseConv's plain and blocked kernels have different knobs, hence feature
+    layouts: a model trained on one ranks the other's candidates without mixing them (a
+    shared model failed a MobileNetV3 tuning at 2 threads)."""
+    from compiler_core.frontend.onnx import import_model
+    from compiler_core.kernels.depthwise import BlockedDepthwiseSchedule, DepthwiseSchedule
+
+    from .test_depthwise import _model
+    model_proto, _ = _model(64, 14, 14, 3, 1, {"pads": [1, 1, 1, 1]})
+    node = next(n for n in import_model(model_proto).nodes if n.op == "DepthwiseConv")
+    blocked = [BlockedDepthwiseSchedule(p, par) for p in range(1, 9) for par in (False, True)]
+    plain = [DepthwiseSchedule(a, par, row_block=r) for a in (1, 2, 4) for par in (False, True)
+             for r in (1, 2, 4)]
+    model = CostModel()
+    for s in blocked:  # faster with more positions
+        model.add(node, s, 1e-4 / s.positions, 1e-4)
+    assert model.trained(node, blocked[0]) and not model.trained(node, plain[0])
+    assert not model.predict(node, plain).any()  # no model for them yet: all alike
+    scores = model.predict(node, blocked + plain)
+    assert scores[len(blocked) - 1] < scores[0] and not scores[len(blocked):].any()
+    for s in plain:  # faster with more accumulators
+        model.add(node, s, 1e-4 / s.accumulators, 1e-4)
+    scores = model.predict(node, plain)
+    assert scores[-1] < scores[0]
