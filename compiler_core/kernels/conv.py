@@ -426,10 +426,12 @@ def _zen5_strided_3x3(node, lanes: int, spec) -> bool:
             and node.outputs[0].shape[1] % (4 * lanes) == 0)
 
 
-# With 32 vector registers, channel-vector tiles of 7 positions x 2 vectors run a small
-# plane's 3x3 conv faster than F(2x2) Winograd's GEMMs of few columns, until those have
-# 49 tiles. znver5, 1 thread, channel vectors vs F(2x2): 512 channels at 7x7 0.96 vs 2.02
-# ms, 256 at 10x10 0.47 vs 0.73, at 12x12 0.67 vs 0.80, at 13x13 0.78 vs 0.60.
+# With 32 vector registers and two 512-bit FMAs a cycle, channel-vector tiles of 7
+# positions x 2 vectors run a small plane's 3x3 conv faster than F(2x2) Winograd's GEMMs of
+# few columns, until those have 49 tiles. znver5, 1 thread, channel vectors vs F(2x2): 512
+# channels at 7x7 0.96 vs 2.02 ms, 256 at 10x10 0.47 vs 0.73, at 12x12 0.67 vs 0.80, at
+# 13x13 0.78 vs 0.60. Zen 4's one FMA a cycle runs the direct conv at half that rate, and
+# F(2x2) wins there (_default_winograd_schedule).
 CHANNEL_VECTORS_MAX_WINOGRAD_TILES = 48
 
 
@@ -437,9 +439,8 @@ def _winograd_first(node, m: int, spec) -> bool:
     """Whether Winograd F(m x m, 3x3) (m = 0: none) beats channel vectors on this conv."""
     if not m:
         return False
-    tiles = math.prod(-(-d // m) for d in node.outputs[0].shape[2:])
-    return (spec.vector_registers < 32 or m == 4
-            or tiles > CHANNEL_VECTORS_MAX_WINOGRAD_TILES)
+    return (spec.vector_registers < 32 or m == 4 or not two_wide_fma_ports(spec)
+            or _tiles(node, m) > CHANNEL_VECTORS_MAX_WINOGRAD_TILES)
 
 
 def skinny_schedule(node, spec, tiles: GemmTiles, vectors: int = 0, blocks: int = 0):
@@ -726,12 +727,32 @@ def _f2_for_few_channels(node, spec) -> bool:
 # 14x14) 0.978 | 0.971, Inception v2 0.949 | 0.952, VGG-19 (512 at 14x14) 0.987 | 0.989,
 # YOLOv8n-320 0.938 | 0.946. (With its default two-vector tiles F(4x4) lost at 14x14: see
 # winograd_tile_size.)
+# That holds while F(4x4)'s tiles fill the vector. On smaller planes (12x12 and below)
+# F(2x2), in one-vector register tiles while its own tiles fill fewer than two, beats both
+# F(4x4) and the channel vectors of _winograd_first. AMD EPYC (LLVM: znver4), 1 thread,
+# alone, channel vectors -> F(2x2): ZFNet-512's 256 -> 512 and 512 -> 512 at 12x12 (36
+# tiles) 2.99 -> 1.74 and 6.08 -> 3.74 ms, AlexNet's 256 -> 384 2.24 -> 1.30; YOLOv8n-320's
+# 256 at 10x10 (25 tiles, one vector) 1.06 -> 0.62 (two vectors 1.59), 128 0.27 -> 0.17;
+# Inception v2's 192 -> 320 at 7x7 (16 tiles) 0.50 -> 0.32, 160 -> 224 0.29 -> 0.20;
+# ResNet-50's 512 at 7x7 2.06 -> 1.76; DenseNet-121's 128 -> 32 at 7x7 0.034 both. F(4x4)
+# in one vector of its 4-9 tiles there: 3.28 ms (ResNet-50), 0.34 (YOLOv8n), 0.49 (v2).
+# (Found by tuning ZFNet-512.) Whole models, interleaved, new/old, 1 | 2 threads: ZFNet-512
+# 0.856 | 0.867, YOLOv8n-320 0.928 | 0.930, AlexNet 0.957 | 0.984, Inception v2 0.966 |
+# 0.969, ResNet-50 0.988 | 0.991, DenseNet-121 1.000 | 1.003.
 def _default_winograd_schedule(node, m: int, spec, shape: GemmShape) -> ConvSchedule:
     lanes = spec.vector_bits // 32
+    one_vector = GemmTiles(6, lanes, min(shape.K // 9, 256), 64 * lanes)
     if m == 2 and spec.cpu == "znver4":
-        return winograd_schedule(node, 4, lanes, tiles=GemmTiles(
-            6, lanes, min(shape.K // 9, 256), 64 * lanes))
+        if _tiles(node, 4) >= lanes:
+            return winograd_schedule(node, 4, lanes, tiles=one_vector)
+        return winograd_schedule(node, 2, lanes,
+                                 tiles=one_vector if _tiles(node, 2) < 2 * lanes else None)
     return winograd_schedule(node, m, lanes)
+
+
+def _tiles(node, m: int) -> int:
+    """F(m x m, 3x3)'s tiles per output plane."""
+    return math.prod(-(-d // m) for d in node.outputs[0].shape[2:])
 
 
 def winograd_tile_size(node, lanes: int, f4_min_tiles: int | None = None) -> int:

@@ -140,15 +140,15 @@ def test_default_split_balances_two_threads(c, oc, hw):
     assert not (sched.split == "rows" and sched.pack and count > 4), sched
 
 
-@pytest.mark.parametrize("isa,c,oc,hw,k", [
-    ("avx512", 960, 160, 7, 1), ("avx512", 128, 32, 7, 3), ("avx512", 160, 960, 7, 1),
-    ("avx512", 672, 168, 1, 1), ("avx512", 960, 240, 1, 1), ("avx2", 672, 168, 1, 1),
-    ("avx2", 960, 240, 1, 1)])
-def test_channel_panels_split_evenly_over_two_threads(isa, c, oc, hw, k):
+@pytest.mark.parametrize("cpu,c,oc,hw,k", [
+    ("znver4", 960, 160, 7, 1), ("znver5", 128, 32, 7, 3), ("znver4", 160, 960, 7, 1),
+    ("znver4", 672, 168, 1, 1), ("znver4", 960, 240, 1, 1), ("znver3", 672, 168, 1, 1),
+    ("znver3", 960, 240, 1, 1)])
+def test_channel_panels_split_evenly_over_two_threads(cpu, c, oc, hw, k):
     """Items of whole panels of output channels (MobileNetV3's 960 -> 160 at 7x7 went in 5
-    panels of 32, 3 | 2 over two threads; DenseNet's 128 -> 32 3x3s in one, on one)."""
-    spec = MachineSpec("x86_64-unknown-linux-gnu", "znver3" if isa == "avx2" else "znver4",
-                       AVX2 if isa == "avx2" else AVX512)
+    panels of 32, 3 | 2 over two threads; DenseNet's 128 -> 32 3x3s in one, on one; on
+    Zen 4 those take Winograd)."""
+    spec = MachineSpec("x86_64-unknown-linux-gnu", cpu, AVX2 if cpu == "znver3" else AVX512)
     sched = default_conv_schedule(conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=k)), spec)
     assert sched.lanes and sched.parallel, sched
     panels = -(-oc // (sched.lanes * sched.vectors))
@@ -156,6 +156,21 @@ def test_channel_panels_split_evenly_over_two_threads(isa, c, oc, hw, k):
     items = [min(size, panels - i * size) for i in range(-(-panels // size))]
     run = -(-len(items) // 2)
     assert max(sum(items[:run]), sum(items[run:])) <= 0.55 * panels, sched
+
+
+@pytest.mark.parametrize("c,oc,hw,winograd,vectors", [
+    (512, 512, 7, 2, 1), (192, 320, 7, 2, 1), (256, 256, 10, 2, 1), (256, 512, 12, 2, 2),
+    (256, 384, 12, 2, 2), (64, 256, 13, 4, 1), (256, 256, 14, 4, 1), (128, 128, 20, 4, 1)])
+def test_zen4_takes_winograd_on_small_planes_in_tiles_its_vector_fills(c, oc, hw, winograd,
+                                                                       vectors):
+    """Zen 4's one FMA a cycle: F(2x2) where F(4x4)'s tiles would not fill a vector (ZFNet's
+    and AlexNet's 12x12, YOLOv8n's 10x10, ResNet-50's 7x7), in register tiles of one vector
+    of its tiles while they fill fewer than two; Zen 5 keeps channel vectors there."""
+    node = conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=3))
+    sched = default_conv_schedule(node, _avx512("znver4"))
+    assert (sched.winograd, sched.tiles.nr) == (winograd, 16 * vectors), sched
+    if hw < 13:
+        assert default_conv_schedule(node, _avx512("znver5")).lanes
 
 
 def _avx512(cpu: str) -> MachineSpec:
