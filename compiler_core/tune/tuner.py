@@ -20,7 +20,8 @@ many noisy timings is flattered by the noise): a schedule's time is its latest m
 so these head-to-heads decide, in this compile and whenever the records are reused. They
 count as trials, on top of a trials budget. A seconds budget is a limit, not a start line:
 a batch starts only while one as long as the mean batch so far still ends within the
-search's share of it (1 - CONFIRM_SHARE), and the head-to-heads go in order of the time
+search's share of it (1 - CONFIRM_SHARE), and a workload's only while one as long as its
+longest so far does, and the head-to-heads go in order of the time
 they may save while one as long as the longest so far still fits; a best left
 unconfirmed is chosen on its search timing (the kernel's summary says `confirmed: false`).
 Last, the model check (tune/model_check.py) builds the whole model with and without the new
@@ -69,6 +70,7 @@ PEAK_FLOPS = 50e9  # one core, for the a-priori estimate of a kernel's time
 PEAK_BYTES = 20e9
 CONFIRM_ROUNDS = 3    # head-to-head re-timings of the best against the default, at most
 CONFIRM_SHARE = 0.1   # of a seconds budget
+HEAD_TO_HEAD_OF_BATCH = 0.5  # a head-to-head's time at most, against its kernel's batch
 MODEL_CHECK_SHARE = 0.15  # of a seconds budget, kept for the model check
 GRACE_SECONDS = 30.0  # how long other slots' batches are awaited once the local slot is done
 WAIT_SECONDS = 0.5    # a slot waiting for batches in flight looks at a seconds budget this often
@@ -91,6 +93,8 @@ class Workload:
     confirmed: bool = False       # the choice stands after a head-to-head with the default
     prologue: list = field(default_factory=list)  # builder.BuildTask.prologue
     in_model: dict = field(default_factory=dict)  # schedule -> seconds per call in the model
+    longest_batch: float = 0.0    # seconds, its longest batch so far
+    out_of_time: bool = False     # a batch of it would end past a seconds budget
 
     @property
     def op(self) -> str:
@@ -289,9 +293,19 @@ class Tuner:
         r = self.request
         pending = sum(len(w.pending) for w in self.workloads)
         return bool((r.trials is not None and self.trials + pending >= r.trials)
-                    or (r.seconds is not None and not self._fits(
-                        self._mean_batch(),
-                        started + r.seconds * (1 - CONFIRM_SHARE) - self._model_check_reserve())))
+                    or (r.seconds is not None
+                        and not self._fits(self._mean_batch(), self._search_deadline(started))))
+
+    def _search_deadline(self, started: float) -> float:
+        return (started + self.request.seconds * (1 - CONFIRM_SHARE)
+                - self._model_check_reserve())
+
+    def _batch_fits(self, w: Workload, started: float) -> bool:
+        """Whether a batch of `w` as long as its longest so far still ends in time: a big
+        kernel's batches can take several times the mean batch, and the mean alone let one
+        start too late (Inception v2 tuned for 240 s took 255 s)."""
+        return self.request.seconds is None or self._fits(
+            w.longest_batch or self._mean_batch(), self._search_deadline(started))
 
     def _model_check_reserve(self) -> float:
         """Seconds of a seconds budget kept for the model check: its share, or as long as the
@@ -316,8 +330,8 @@ class Tuner:
         being timed waits for it (its estimate and its reference depend on it). An op none
         of whose kernels has been timed or is being timed first has its biggest guess timed:
         its guesses are calibrated from then on."""
-        live = [w for w in self.workloads
-                if not w.done and not (w.in_flight and w.default_seconds is None)]
+        live = [w for w in self.workloads if not w.done and not w.out_of_time
+                and not (w.in_flight and w.default_seconds is None)]
         if not live:
             return None
         seen = {w.op for w in self.workloads if w.default_seconds or w.in_flight}
@@ -385,7 +399,9 @@ class Tuner:
             with self._lock:
                 if self._closed:
                     return
-                self._batch_seconds.append(time.monotonic() - began)
+                took = time.monotonic() - began
+                self._batch_seconds.append(took)
+                w.longest_batch = max(w.longest_batch, took)
                 self._finish_batch(w, task, fresh, measured)
                 self._progress(w.op, started)
                 self._lock.notify_all()
@@ -401,6 +417,9 @@ class Tuner:
                 if not any(x.in_flight for x in self.workloads):
                     return None
                 self._lock.wait(WAIT_SECONDS)
+                continue
+            if not self._batch_fits(w, started):
+                w.out_of_time = True
                 continue
             pending = sum(len(x.pending) for x in self.workloads)
             room = BATCH if self.request.trials is None else \
@@ -480,9 +499,7 @@ class Tuner:
             best = w.best
             if w.source != "tuned" or best is None or best.schedule in confirmed | {w.space[0]}:
                 break
-            # head-to-heads of big kernels take twice as long as small ones': the longest
-            # so far keeps the last one within the budget
-            if not self._fits(max(self._confirm_seconds, default=self._mean_batch()), deadline):
+            if not self._fits(self._confirm_estimate(w), deadline):
                 break
             task = BuildTask(w.nodes[0], [w.space[0], best.schedule], self.spec, self.opt_level,
                              w.checked, self.request.threads, self.weight_dtype, w.prologue)
@@ -494,6 +511,14 @@ class Tuner:
                 self._record(w, m)
             confirmed.add(best.schedule)
         w.confirmed = bool(confirmed) and w.best.schedule in confirmed | {w.space[0]}
+
+    def _confirm_estimate(self, w: Workload) -> float:
+        """Seconds a head-to-head of `w` may take: the longest so far (big kernels' take
+        twice as long as small ones'), or, when longer, HEAD_TO_HEAD_OF_BATCH of its longest
+        batch (2 candidates of up to 9, besides the child's start: AlexNet's, znver4, took
+        25-45% of their kernel's batch time)."""
+        return max(max(self._confirm_seconds, default=self._mean_batch()),
+                   w.longest_batch * HEAD_TO_HEAD_OF_BATCH)
 
     def _check_in_model(self, graph: Graph, started: float) -> None:
         """tune/model_check.py: the workloads whose choice the model has not confirmed yet

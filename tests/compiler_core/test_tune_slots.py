@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+import compiler_core.driver  # noqa: F401  its imports (onnx: 0.6 s) load here, not in a budget
 from compiler_core.codegen.target_machine import host_spec
 from compiler_core.ir import Graph
 from compiler_core.tune import RecordStore, Tuner, TuningRequest, tuner as tuner_module
@@ -175,3 +176,36 @@ def test_the_last_progress_counts_every_trial(tmp_path):
     summary = tuner.summary()
     assert summary["trials"] == 22 and summary["model_check"] is None  # 20 + a head-to-head
     assert events[-1]["trials"] == summary["trials"] == summary["curve"][-1]["trials"]
+
+
+def test_a_workload_whose_batches_run_long_starts_none_past_the_budget(tmp_path,
+                                                                     no_early_stop):
+    """Two kernels, one quick to time and one whose batches take 30x as long but whose
+    kernel is a fifth of the time (picked rarely): the mean batch stays short, and a slow
+    batch or head-to-head started on it near the end overran. They now start only if one
+    as long as that kernel's longest batch (half of it for a head-to-head) still fits."""
+    from dataclasses import replace
+
+    from compiler_core.ir import Node, Value
+    from compiler_core.kernels.packed_gemm import default_gemm_schedule
+
+    quick = gemm_workload().nodes[0]
+    a = Value("a2", (64, 256), np.float32)
+    w = Value("w2", (256, 128), np.float32, const=np.zeros((256, 128), np.float32))
+    slow = Node("PackedGemm", [a, w, None], [Value("y2", (64, 128), np.float32)], {})
+    slow.schedule = default_gemm_schedule(slow, host_spec())
+    graph = Graph([quick.inputs[0], a], [*quick.outputs, *slow.outputs], [quick, slow])
+
+    def measure(task):
+        timing_slow = task.graph is None and task.node is slow  # a child's start + each
+        time.sleep(0.1 + 0.1 * len(task.schedules) if timing_slow else 0.02)
+        got = [synthetic_measurement(task, s) for s in task.schedules]
+        return [replace(m, seconds=m.seconds / 5) for m in got] if timing_slow else got
+    for budget in (1.5, 2.0, 2.5, 3.0):
+        tuner = Tuner(TuningRequest(seconds=budget), host_spec(), 3,
+                      RecordStore(tmp_path / f"{budget}.jsonl"), run=measure,
+                      strategy=RandomSearch())
+        tuner(graph)
+        assert tuner.summary()["seconds"] <= budget, budget
+        longest = {w.nodes[0].outputs[0].name: w.longest_batch for w in tuner.workloads}
+        assert longest["y2"] > 0.9 and longest["y"] < 0.5, longest
