@@ -1,10 +1,10 @@
 """The learned cost model: gradient-boosted trees (LightGBM) over tune/features.py, trained
 again as measurements arrive, predicting log(time / the default schedule's time).
 
-Relative times let one model per op and schedule class learn from every workload of that op (and from records
-of earlier compiles): what a knob does to a kernel carries over between sizes far better
-than absolute times. Failed candidates train as much slower than the default
-(FAILURE_PENALTY) so the search steers away from what crashes or hangs.
+Relative times let one model per op and schedule class learn from every workload of that
+op (and from records of earlier compiles): what a knob does to a kernel carries over
+between sizes far better than absolute times. Failed candidates train as much slower than
+the default (FAILURE_PENALTY) so the search steers away from what crashes or hangs.
 """
 from __future__ import annotations
 

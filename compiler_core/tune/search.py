@@ -7,7 +7,8 @@ mutations (one or two knobs changed) and the rest of the space (a random sample 
 SAMPLE candidates) are ranked by the cost model (tune/cost_model.py), the best predicted are
 measured, and a quarter of every batch stays random so that the model keeps seeing
 unexplored corners.
-Until the model of the op and schedule class has enough measurements to train, it samples at random.
+Until the model of the op and schedule class has enough measurements to train, it samples
+at random.
 """
 from __future__ import annotations
 

@@ -20,10 +20,11 @@ many noisy timings is flattered by the noise): a schedule's time is its latest m
 so these head-to-heads decide, in this compile and whenever the records are reused. They
 count as trials, on top of a trials budget. A seconds budget is a limit, not a start line:
 a batch starts only while one as long as the mean batch so far still ends within the
-search's share of it (1 - CONFIRM_SHARE), and a workload's only while one as long as its
-longest so far does, and the head-to-heads go in order of the time
-they may save while one as long as the longest so far still fits; a best left
-unconfirmed is chosen on its search timing (the kernel's summary says `confirmed: false`).
+search's share of it (1 - CONFIRM_SHARE) and a batch of that workload as long as its
+longest so far does too; the head-to-heads go in order of the time they may save while
+one as long as the longest so far (or half the workload's longest batch) still fits; a
+best left unconfirmed is chosen on its search timing (the kernel's summary says
+`confirmed: false`).
 Last, the model check (tune/model_check.py) builds the whole model with and without the new
 choices and keeps only those whose kernels are faster in the model, and none unless the
 tuned model as a whole wins round by round (tune/paired.py); it has the last
@@ -302,8 +303,9 @@ class Tuner:
 
     def _batch_fits(self, w: Workload, started: float) -> bool:
         """Whether a batch of `w` as long as its longest so far still ends in time: a big
-        kernel's batches can take several times the mean batch, and the mean alone let one
-        start too late (Inception v2 tuned for 240 s took 255 s)."""
+        kernel's batches take several times a small one's, and the mean batch alone let one
+        start too late (AMD EPYC, LLVM: znver4, Inception v2: 1.7-2.2 s for the batches of
+        its small convs, 4.0-6.6 s for its big ones')."""
         return self.request.seconds is None or self._fits(
             w.longest_batch or self._mean_batch(), self._search_deadline(started))
 
@@ -515,8 +517,8 @@ class Tuner:
     def _confirm_estimate(self, w: Workload) -> float:
         """Seconds a head-to-head of `w` may take: the longest so far (big kernels' take
         twice as long as small ones'), or, when longer, HEAD_TO_HEAD_OF_BATCH of its longest
-        batch (2 candidates of up to 9, besides the child's start: AlexNet's, znver4, took
-        25-45% of their kernel's batch time)."""
+        batch (2 candidates of up to 9, besides the child's start; AMD EPYC, LLVM: znver4,
+        AlexNet's head-to-heads took 25-45% of their kernel's batch time)."""
         return max(max(self._confirm_seconds, default=self._mean_batch()),
                    w.longest_batch * HEAD_TO_HEAD_OF_BATCH)
 

@@ -85,6 +85,7 @@ def test_tuning_bench_times_tuned_untuned_and_onnxruntime(tmp_path, capsys, monk
     dense = json.loads(out.read_text())[0]
     assert dense["model"] == "wavernn" and dense["trials"] > 0 and dense["same_outputs"]
     assert dense["untuned_ms"] > 0 and dense["tuned_ms"] > 0 and dense["ort_ms"] > 0
+    assert 0 < dense["tuner_s"] <= dense["tune_s"]  # the tuner's share of the compile
     printed = capsys.readouterr().out
     assert "estimate" in printed and "wavernn_sparse80" not in printed
     assert tuning.main(args) == 0  # again with its records: what was tuned is reused
