@@ -741,13 +741,19 @@ def _f2_for_few_channels(node, spec) -> bool:
 # 0.969, ResNet-50 0.988 | 0.991, DenseNet-121 1.000 | 1.003.
 def _default_winograd_schedule(node, m: int, spec, shape: GemmShape) -> ConvSchedule:
     lanes = spec.vector_bits // 32
-    one_vector = GemmTiles(6, lanes, min(shape.K // 9, 256), 64 * lanes)
     if m == 2 and spec.cpu == "znver4":
+        one_vector = winograd_gemm_tiles(6, lanes, shape)
         if _tiles(node, 4) >= lanes:
             return winograd_schedule(node, 4, lanes, tiles=one_vector)
         return winograd_schedule(node, 2, lanes,
                                  tiles=one_vector if _tiles(node, 2) < 2 * lanes else None)
     return winograd_schedule(node, m, lanes)
+
+
+def winograd_gemm_tiles(mr: int, nr: int, shape: GemmShape) -> GemmTiles:
+    """Register tiles of mr channels by nr tiles for Winograd's GEMMs, over chunks of at
+    most 256 input channels (shape: the conv's GEMM, K = C x 9)."""
+    return GemmTiles(mr, nr, min(shape.K // 9, 256), 64 * nr)
 
 
 def _tiles(node, m: int) -> int:
@@ -773,10 +779,10 @@ def winograd_tile_size(node, lanes: int, f4_min_tiles: int | None = None) -> int
     if min(node.inputs[1].shape[1], y.shape[1]) < WINOGRAD_MIN_CHANNELS:
         return 0
     for m in (4, 2):
-        th, tw = (-(-d // m) for d in y.shape[2:])
+        tiles = _tiles(node, m)
         least = (f4_min_tiles or max(WINOGRAD_MIN_TILES, 2 * lanes) if m == 4
                  else WINOGRAD_MIN_TILES)
-        if th * tw >= least and th * tw * m * m <= 1.35 * y.shape[2] * y.shape[3]:
+        if tiles >= least and tiles * m * m <= 1.35 * y.shape[2] * y.shape[3]:
             return m
     return 0
 
@@ -863,8 +869,8 @@ def conv_space(node, spec) -> list[ConvSchedule]:
             for r in sorted({max(1, rows // 2), min(tile_rows, 2 * rows)} - {rows}):
                 out.append(winograd_schedule(node, m, lanes, tile_rows=r))
             for mr, nr in tile_shapes[:3]:
-                out.append(winograd_schedule(node, m, lanes, tiles=GemmTiles(
-                    mr, nr, min(shape.K // 9, 256), 64 * nr)))
+                out.append(winograd_schedule(node, m, lanes,
+                                             tiles=winograd_gemm_tiles(mr, nr, shape)))
     if node.inputs[1].is_const and shape.N >= SKINNY_COLUMNS and shape.M >= lanes:
         for vectors in range(1, min(MAX_VECTORS, -(-shape.M // lanes)) + 1):
             out.append(skinny_schedule(node, spec, base.tiles, vectors))
