@@ -12,7 +12,7 @@ import compiler_core as cc
 from compiler_core.analysis.node_cost import node_flops
 from compiler_core.codegen.target_machine import host_spec
 from compiler_core.frontend.onnx import import_model
-from compiler_core.kernels import conv
+from compiler_core.kernels import conv, conv_blocked
 from compiler_core.passes import blocked_layout
 from compiler_core.passes.pipeline import run_pipeline, split_at_schedules
 
@@ -124,6 +124,30 @@ def test_blocked_conv_matches_the_direct_convolution_at_one_and_two_threads(case
 
 
 @pytest.mark.usefixtures("every_conv_blocked")
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[3]],
+                         ids=lambda c: f"{c['c']}-{c['oc']}-{c['hw']}-{c['kernel']}")
+@pytest.mark.parametrize("vectors,positions", [(1, 2), (1, 5), (3, 3), (2, 4)])
+def test_blocked_conv_in_tiles_of_fewer_positions_matches(case, vectors, positions,
+                                                           monkeypatch):
+    """The tuner's tiles of fewer positions than the registers hold (conv.blocked_positions):
+    rows cut in other pieces, and short rows one to a tile."""
+    default = conv.blocked_schedule
+    monkeypatch.setattr(conv, "blocked_schedule", lambda base, node, spec: default(
+        base, node, spec, vectors, positions=positions))
+    pads = case.get("pads", (0, 0, 0, 0))
+    model, w, b, out = _conv_model(case["c"], case["oc"], case["hw"], case["kernel"],
+                                   pads=pads, act=case.get("act"),
+                                   residual=case.get("residual", False))
+    artifact = cc.compile(model)
+    feeds = {"x": rand(1, case["c"], case["hw"], case["hw"], seed=3)}
+    if case.get("residual"):
+        feeds["r"] = rand(1, case["oc"], *out, seed=4)
+    want = _reference(feeds["x"], w, b, (1, 1), pads, (1, 1), case.get("act"), feeds.get("r"))
+    got = _run(artifact, feeds, 1)
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.usefixtures("every_conv_blocked")
 def test_avx2_code_matches_too():
     case = CASES[2]
     model, w, b, out = _conv_model(8 * 2, 8 * 3, 17, (3, 3), (2, 2), (1, 1, 1, 1),
@@ -218,9 +242,28 @@ def test_a_marked_convs_default_and_search_space_are_blocked():
     assert node.attrs["layout"] == "blocked" and node.schedule.blocked
     space = conv.conv_space(node, spec)
     assert space[0] == node.schedule and all(s.blocked for s in space)
-    assert {(s.vectors, s.split) for s in space} == \
-        {(v, split) for v in (1, 2, 3) for split in ("columns", "rows")}
-    assert len(space) == 6
+    assert {(s.vectors, s.positions, s.split) for s in space} == \
+        {(v, p, split) for v in (1, 2, 3) for p in conv.blocked_positions(node, spec, v)
+         for split in ("columns", "rows")}
+    assert len(space) == len(set(space))
+
+
+def test_tiles_of_fewer_positions_are_offered_where_they_cut_the_rows_differently():
+    model = _chain(256, 28, 2)
+    spec = host_spec()
+    graph = import_model(model, None)
+    for p in split_at_schedules(3, spec)[0]:
+        graph = p(graph)
+    node = next(n for n in graph.nodes if n.op == "Conv")
+    for vectors in (1, 2, 3):
+        positions = conv.blocked_positions(node, spec, vectors)
+        most = min(conv.BLOCKED_MAX_POSITIONS, (spec.vector_registers - 1 - vectors) // vectors)
+        assert positions[0] == most and positions == sorted(positions, reverse=True)
+        cuts = [conv_blocked.row_pieces(28, p) if conv_blocked.row_span(28, p) == 1
+                else conv_blocked.row_span(28, p) for p in positions]
+        assert len(set(cuts)) == len(cuts)  # each builds another kernel
+        skipped = set(range(2, most + 1)) - set(positions)
+        assert all(conv_blocked.row_pieces(28, p) in cuts for p in skipped)
 
 
 def test_the_blocked_conv_counts_the_conv_flops():
