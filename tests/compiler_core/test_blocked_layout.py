@@ -205,6 +205,14 @@ def _compare(model, feeds):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
+def _scheduled(model):
+    """The graph with its schedules, before the blocked layout is written out."""
+    graph = import_model(model, None)
+    for p in split_at_schedules(3, host_spec())[0]:
+        graph = p(graph)
+    return graph
+
+
 def _region(model):
     """The graph as the layout choice sees it, and its one region."""
     graph = import_model(model, None)
@@ -232,13 +240,8 @@ def test_region_work_counts_each_conversion_once():
 
 
 def test_a_marked_convs_default_and_search_space_are_blocked():
-    model = _chain(256, 28, 2)
     spec = host_spec()
-    before, _ = split_at_schedules(3, spec)
-    graph = import_model(model, None)
-    for p in before:
-        graph = p(graph)
-    node = next(n for n in graph.nodes if n.op == "Conv")
+    node = next(n for n in _scheduled(_chain(256, 28, 2)).nodes if n.op == "Conv")
     assert node.attrs["layout"] == "blocked" and node.schedule.blocked
     space = conv.conv_space(node, spec)
     assert space[0] == node.schedule and all(s.blocked for s in space)
@@ -249,12 +252,8 @@ def test_a_marked_convs_default_and_search_space_are_blocked():
 
 
 def test_tiles_of_fewer_positions_are_offered_where_they_cut_the_rows_differently():
-    model = _chain(256, 28, 2)
     spec = host_spec()
-    graph = import_model(model, None)
-    for p in split_at_schedules(3, spec)[0]:
-        graph = p(graph)
-    node = next(n for n in graph.nodes if n.op == "Conv")
+    node = next(n for n in _scheduled(_chain(256, 28, 2)).nodes if n.op == "Conv")
     for vectors in (1, 2, 3):
         positions = conv.blocked_positions(node, spec, vectors)
         most = min(conv.BLOCKED_MAX_POSITIONS, (spec.vector_registers - 1 - vectors) // vectors)
@@ -267,10 +266,7 @@ def test_tiles_of_fewer_positions_are_offered_where_they_cut_the_rows_differentl
 
 
 def test_the_blocked_conv_counts_the_conv_flops():
-    model = _chain(256, 28, 2)
-    plain = import_model(model, None)
-    for p in split_at_schedules(3, host_spec())[0]:
-        plain = p(plain)
+    plain = _scheduled(_chain(256, 28, 2))
     want = [node_flops(n) for n in plain.nodes if n.op == "Conv"]
     # (before operator fusion, which may give them epilogues)
     blocked = blocked_layout.use_blocked_layout_for(host_spec())(plain)
