@@ -764,15 +764,30 @@ def _f2_for_few_channels(node, spec) -> bool:
 # (Found by tuning ZFNet-512.) Whole models, interleaved, new/old, 1 | 2 threads: ZFNet-512
 # 0.856 | 0.867, YOLOv8n-320 0.928 | 0.930, AlexNet 0.957 | 0.984, Inception v2 0.966 |
 # 0.969, ResNet-50 0.988 | 0.991, DenseNet-121 1.000 | 1.003.
+# Zen 5 gains the same where F(2x2) came from a plane of too few tiles with many channels,
+# not from its rule for few channels (_default_winograd: there F(4x4) in one vector lost,
+# SqueezeNet's 16 -> 64 at 55x55 among them). Found by tuning Inception v1 on znver5, 1
+# thread, alone, F(2x2) -> F(4x4) in one vector: 96-160 -> 208-320 at 14x14 0.80-0.87.
+# Whole models, interleaved, new/old, 1 | 2 threads: ResNet-50 0.973 | 0.986, Inception v1
+# 0.976 | 0.988, Inception v2 0.977 | 0.983, YOLOv8n-320 0.977 | 0.974, SqueezeNet 0.983 |
+# 0.984, DenseNet-121 0.995 at 1 thread.
 def _default_winograd_schedule(node, m: int, spec, shape: GemmShape) -> ConvSchedule:
     lanes = spec.vector_bits // 32
-    if m == 2 and spec.cpu == "znver4":
+    if m == 2 and _one_vector_tiles_pay(node, spec):
         one_vector = winograd_gemm_tiles(6, lanes, shape)
         if _tiles(node, 4) >= lanes:
             return winograd_schedule(node, 4, lanes, tiles=one_vector)
         return winograd_schedule(node, 2, lanes,
                                  tiles=one_vector if _tiles(node, 2) < 2 * lanes else None)
     return winograd_schedule(node, m, lanes)
+
+
+def _one_vector_tiles_pay(node, spec) -> bool:
+    if spec.cpu == "znver4":
+        return True
+    channels = node.inputs[1].shape[1], node.outputs[0].shape[1]
+    return (amd_two_wide_fma_ports(spec) and min(channels) >= WINOGRAD_MIN_CHANNELS_TWO_FMA
+            and max(channels) >= 2 * WINOGRAD_MIN_CHANNELS_TWO_FMA)
 
 
 def winograd_gemm_tiles(mr: int, nr: int, shape: GemmShape) -> GemmTiles:

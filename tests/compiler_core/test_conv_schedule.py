@@ -235,28 +235,37 @@ def test_zen5_takes_f2x2_from_32_channels_on_each_side(cpu):
         assert not default_conv_schedule(node, _avx512(cpu)).winograd
 
 
-@pytest.mark.parametrize("cpu", TWO_FMA_CPUS)
+@pytest.mark.parametrize("cpu", ("sapphirerapids", "emeraldrapids"))
 def test_intel_two_fma_cores_take_f4x4_from_one_vector_of_tiles_with_many_channels(cpu):
-    """4x4 tiles of 4x4 outputs (14x14) of 256 channels: F(4x4) on Intel's two-FMA cores,
-    F(2x2) on Zen 5; fewer channels, or 7x7 planes, never F(4x4)."""
+    """4x4 tiles of 4x4 outputs (14x14) of 256 channels: F(4x4) on Intel's two-FMA cores;
+    fewer channels, or 7x7 planes, never F(4x4) (Zen 5 takes it from fewer channels, in
+    one-vector register tiles: test_zen_takes_f4x4_over_one_vector_of_tiles...)."""
     node = conv_node(conv_model(n=1, c=256, oc=256, hw=14, k=3))
-    intel = not cpu.startswith("znver")
-    assert default_conv_schedule(node, _avx512(cpu)).winograd == (4 if intel else 2)
+    assert default_conv_schedule(node, _avx512(cpu)).winograd == 4
     for c, oc, hw in ((128, 128, 14), (128, 256, 14), (128, 128, 20), (256, 256, 7)):
         node = conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=3))
         assert default_conv_schedule(node, _avx512(cpu)).winograd != 4, (c, oc, hw)
 
 
-def test_zen4_takes_f4x4_over_one_vector_of_tiles_where_f2x2_was_chosen():
+@pytest.mark.parametrize("cpu", ("znver4", "znver5"))
+def test_zen_takes_f4x4_over_one_vector_of_tiles_where_f2x2_was_chosen(cpu):
     """Planes of fewer tiles than two vectors: F(4x4) with 6 x 16 register tiles on Zen 4
-    (SqueezeNet's 13x13, ResNet-50's 14x14), F(2x2) on Zen 5 as before."""
-    for c, oc, hw in ((48, 192, 13), (64, 256, 13), (256, 256, 14)):
+    and Zen 5 (SqueezeNet's 13x13, ResNet-50's and Inception v1's 14x14)."""
+    for c, oc, hw in ((48, 192, 13), (64, 256, 13), (256, 256, 14), (96, 208, 14)):
         node = conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=3))
-        zen4 = default_conv_schedule(node, _avx512("znver4"))
-        assert (zen4.winograd, zen4.tiles.mr, zen4.tiles.nr) == (4, 6, 16), (c, oc, hw)
-        assert default_conv_schedule(node, _avx512("znver5")).winograd == 2, (c, oc, hw)
+        sched = default_conv_schedule(node, _avx512(cpu))
+        assert (sched.winograd, sched.tiles.mr, sched.tiles.nr) == (4, 6, 16), (c, oc, hw)
     big = conv_node(conv_model(n=1, c=64, oc=64, hw=56, k=3))
-    assert default_conv_schedule(big, _avx512("znver4")) == winograd_schedule(big, 4, 16)
+    assert default_conv_schedule(big, _avx512(cpu)) == winograd_schedule(big, 4, 16)
+
+
+def test_zen5_keeps_f2x2_where_its_rule_for_few_channels_chose_it():
+    """Zen 5's F(2x2) for a narrow side (16 -> 64 at 55x55, SqueezeNet) or for 32 to 63
+    channels on both sides keeps its two-vector tiles: F(4x4) in one vector lost there."""
+    for c, oc, hw in ((16, 64, 55), (32, 32, 14), (48, 48, 13)):
+        node = conv_node(conv_model(n=1, c=c, oc=oc, hw=hw, k=3))
+        sched = default_conv_schedule(node, _avx512("znver5"))
+        assert sched == winograd_schedule(node, 2, 16), (c, oc, hw)
 
 
 @pytest.mark.parametrize("cpu", ("znver4",) + TWO_FMA_CPUS)
