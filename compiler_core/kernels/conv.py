@@ -712,16 +712,29 @@ def _default_winograd(node, spec, lanes: int) -> int:
     if not two_wide_fma_ports(spec):
         m = winograd_tile_size(node, lanes)
         return 2 if m == 4 and _f2_for_few_channels(node, spec) else m
-    channels = node.inputs[1].shape[1], node.outputs[0].shape[1]
+    channels = _channels(node)
     amd = amd_two_wide_fma_ports(spec)
+    if _many_channels_for_two_fma(node):
+        one_vector = not amd and min(channels) >= F4_ONE_VECTOR_MIN_CHANNELS
+        return winograd_tile_size(node, lanes, WINOGRAD_MIN_TILES if one_vector else None)
     if min(channels) < WINOGRAD_MIN_CHANNELS_TWO_FMA:
         expanding = (min(channels) >= WINOGRAD_MIN_CHANNELS
                      and max(channels) >= 2 * WINOGRAD_MIN_CHANNELS_TWO_FMA)
         return min(2, winograd_tile_size(node, lanes)) if amd and expanding else 0
-    if max(channels) >= 2 * WINOGRAD_MIN_CHANNELS_TWO_FMA:
-        one_vector = not amd and min(channels) >= F4_ONE_VECTOR_MIN_CHANNELS
-        return winograd_tile_size(node, lanes, WINOGRAD_MIN_TILES if one_vector else None)
     return min(2, winograd_tile_size(node, lanes)) if amd else 0
+
+
+def _channels(node) -> tuple[int, int]:
+    """(input, output) channels of a conv of one group."""
+    return node.inputs[1].shape[1], node.outputs[0].shape[1]
+
+
+def _many_channels_for_two_fma(node) -> bool:
+    """Enough channels on each side, and twice that on one, for a two-FMA core's Winograd
+    to follow the tile counts (winograd_tile_size) rather than its rules for few channels."""
+    channels = _channels(node)
+    return (min(channels) >= WINOGRAD_MIN_CHANNELS_TWO_FMA
+            and max(channels) >= 2 * WINOGRAD_MIN_CHANNELS_TWO_FMA)
 
 
 # On AVX2, with few channels and an input plane that fits L2, F(2x2) beats F(4x4). Our
@@ -783,11 +796,8 @@ def _default_winograd_schedule(node, m: int, spec, shape: GemmShape) -> ConvSche
 
 
 def _one_vector_tiles_pay(node, spec) -> bool:
-    if spec.cpu == "znver4":
-        return True
-    channels = node.inputs[1].shape[1], node.outputs[0].shape[1]
-    return (amd_two_wide_fma_ports(spec) and min(channels) >= WINOGRAD_MIN_CHANNELS_TWO_FMA
-            and max(channels) >= 2 * WINOGRAD_MIN_CHANNELS_TWO_FMA)
+    return spec.cpu == "znver4" or (amd_two_wide_fma_ports(spec)
+                                    and _many_channels_for_two_fma(node))
 
 
 def winograd_gemm_tiles(mr: int, nr: int, shape: GemmShape) -> GemmTiles:
