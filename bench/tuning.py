@@ -1,7 +1,7 @@
 """`make bench-tuning`: tuned against untuned, measured in one run, with ONNX Runtime beside.
 
     python -m bench.tuning [--filter NAME[,NAME]] [--tune-seconds 240] [--threads 1]
-                           [--seconds 6] [--records FILE] [--curve] [--json FILE]
+                           [--seconds 6] [--records FILE [--reuse]] [--curve] [--json FILE]
                            [--target x86-64-v3]
 
 Each model is compiled untuned, then tuned with the budget (sharing one records file, so a
@@ -16,6 +16,11 @@ untuned outputs against ONNX Runtime's too, on box coordinates near 0 beside oth
 900. `--curve` prints the tuner's model-time estimate against trials (meta.json's
 tuning.curve). `compile s` is the tuned compile's wall time, `tuner s` the tuner's share of
 it (the budget bounds that share; import, passes and the final build come on top).
+
+`--reuse` compiles from the records alone, with no budget: what a second compile of a tuned
+model costs and gives (0 trials, `reused` kernels, its compile time, and as fast as the
+tuned build). With a budget, the records' choices are reused too, but the budget then goes
+on the workloads they left at their defaults.
 """
 from __future__ import annotations
 
@@ -43,13 +48,14 @@ COLUMNS = ("model", "trials", "reused", "tuned", "layouts", "untuned ms", "tuned
 
 
 def measure(model, tune_seconds: float, threads: int, seconds: float, records: Path,
-            target: str = "native") -> dict:
+            target: str = "native", reuse: bool = False) -> dict:
     path, feeds = model.locate(), model.make_feeds()
     shapes = model.input_shapes or None
     untuned = cc.compile(path, input_shapes=shapes, target=target)
+    budget = {} if reuse else {"seconds": tune_seconds}
     t0 = time.perf_counter()
     tuned = cc.compile(path, input_shapes=shapes, target=target, tuning={
-        "seconds": tune_seconds, "records": str(records), "threads": threads})
+        **budget, "records": str(records), "threads": threads})
     tune_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory(prefix="tf-bench-tuning-") as tmp:
         runs = {name: load(art.save(Path(tmp) / name), threads=threads)
@@ -101,9 +107,14 @@ def parse_args(argv):
     ap.add_argument("--seconds", type=float, default=6.0, help="timing budget per model")
     ap.add_argument("--records", help="tuning records to start from and add to "
                                       "(default: a new file for this run)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="compile from --records alone, measuring nothing")
     ap.add_argument("--curve", action="store_true", help="print each model's tuning curve")
     ap.add_argument("--json", help="also write every figure to this file")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.reuse and not args.records:
+        ap.error("--reuse needs the --records to compile from")
+    return args
 
 
 def main(argv=None) -> int:
@@ -116,7 +127,7 @@ def main(argv=None) -> int:
         records = Path(args.records) if args.records else Path(tmp) / "records.jsonl"
         for model in bench_models(args.filter):
             row = measure(model, args.tune_seconds, args.threads, args.seconds, records,
-                          args.target)
+                          args.target, args.reuse)
             rows.append(row)
             print(format_row(row), flush=True)
             if args.curve:

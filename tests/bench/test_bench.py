@@ -91,6 +91,17 @@ def test_tuning_bench_times_tuned_untuned_and_onnxruntime(tmp_path, capsys, monk
     assert tuning.main(args) == 0  # again with its records: what was tuned is reused
     again = json.loads(out.read_text())[0]
     assert again["reused"] >= dense["tuned_kernels"] > 0
+    assert tuning.main(args + ["--reuse"]) == 0  # the records alone: nothing is measured
+    reused = json.loads(out.read_text())[0]
+    assert reused["trials"] == 0 and reused["reused"] >= again["reused"]
+    assert reused["same_outputs"] and reused["tuned_ms"] > 0
+
+
+def test_tuning_bench_reuses_only_records_it_is_given():
+    from bench import tuning
+
+    with pytest.raises(SystemExit):
+        tuning.parse_args(["--reuse"])
 
 
 def test_every_bench_header_names_the_openvino_installed(monkeypatch):
