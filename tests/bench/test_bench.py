@@ -97,11 +97,12 @@ def test_tuning_bench_times_tuned_untuned_and_onnxruntime(tmp_path, capsys, monk
     assert reused["same_outputs"] and reused["tuned_ms"] > 0
 
 
-def test_tuning_bench_reuses_only_records_it_is_given():
+def test_tuning_bench_reuse_needs_records(capsys):
     from bench import tuning
 
     with pytest.raises(SystemExit):
         tuning.parse_args(["--reuse"])
+    assert "--reuse needs the --records" in capsys.readouterr().err
 
 
 def test_every_bench_header_names_the_openvino_installed(monkeypatch):

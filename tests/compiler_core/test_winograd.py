@@ -101,8 +101,8 @@ def test_winograd_convs_match_onnxruntime_at_one_and_two_threads(case):
     model = conv_model(**CASES[case])
     feeds = feeds_for(model)
     art = cc.compile(model)
-    small = CASES[case]
-    m = 4 if "F(2x2)" not in case or _zen_f4_on_small_planes(small["c"], small["oc"]) else 2
+    shape = CASES[case]
+    m = 4 if "F(2x2)" not in case or _zen_f4_on_small_planes(shape["c"], shape["oc"]) else 2
     assert [layer["algorithm"] for layer in art.meta["winograd_layers"]] == [f"F({m}x{m},3x3)"]
     expected = ort_run(model, feeds)["y"]
     with tempfile.TemporaryDirectory() as d:
