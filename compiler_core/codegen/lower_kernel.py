@@ -263,7 +263,7 @@ class KernelLowering:
         if e.valid is None:
             return self._load(e.buf, e.index, e.lanes)
         return self._masked_load(e.buf, self.address(e.buf, e.index), e.lanes,
-                                 _lane_mask(e.lanes, e.valid))
+                                 _lane_mask(e.lanes, e.valid), e.fill)
 
     def _shifted(self, val, shift: int):
         """val's lanes moved up by `shift`, zeros in the lanes below."""
@@ -272,11 +272,12 @@ class KernelLowering:
         return self.b.shuffle_vector(val, ir.Constant(val.type, None),
                                      ir.Constant(ir.VectorType(I32, lanes), picks))
 
-    def _masked_load(self, buf, address, lanes, mask):
+    def _masked_load(self, buf, address, lanes, mask, fill: float = 0):
         ty = mem_type(buf.dtype, lanes)
+        passthru = ir.Constant(ty, [ir.Constant(ty.element, fill)] * lanes) if fill \
+            else ir.Constant(ty, None)
         val = self._call(f"llvm.masked.load.{_mem_suffix(buf.dtype, lanes)}.p0", ty,
-                         [address, ir.Constant(I32, buf.dtype.itemsize), mask,
-                          ir.Constant(ty, None)])
+                         [address, ir.Constant(I32, buf.dtype.itemsize), mask, passthru])
         return self.b.trunc(val, llvm_type(np.bool_, lanes)) if buf.dtype == np.bool_ else val
 
     def _strided_load(self, e: L.VLoad):

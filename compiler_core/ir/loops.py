@@ -118,17 +118,19 @@ class Buf:
         return Load(self, as_expr(i))
 
     def vec(self, i, lanes: int, valid: int | None = None, stride: int = 1,
-            first: int = 0) -> Expr:
+            first: int = 0, fill: float = 0) -> Expr:
         """Elements i, i + stride, ... (`lanes` of them) as one vector (a scalar load when
         lanes is 1); with `valid` and `first`, only lanes first .. valid - 1 are read and
-        the other lanes are 0."""
+        the other lanes are 0 (`fill`, of a unit-stride load from lane 0)."""
         if lanes == 1:
             return Load(self, as_expr(i))
         valid = None if valid is None or valid >= lanes else valid
+        if fill and (first or stride > 1):
+            raise ValueError("only a unit-stride load from lane 0 fills its other lanes")
         if first:
             return VLoad(self, as_expr(i) + first * stride, lanes, (valid or lanes) - first,
                          stride, first)
-        return VLoad(self, as_expr(i), lanes, valid, stride)
+        return VLoad(self, as_expr(i), lanes, valid, stride, fill=fill)
 
     def vec_lanes(self, i, mask: tuple[bool, ...]) -> Expr:
         """Elements i .. i + len(mask) - 1 as one vector, reading only the lanes whose mask
@@ -258,7 +260,8 @@ class VLoad(Expr):
     loaded from their first element so that no address lies before it. With `mask`, only
     the lanes it marks are read (Buf.vec_lanes), whatever the others' addresses; with
     `mask` and `inside`, all lanes lie inside the buffer and the vector is a plain load whose
-    other lanes are then zeroed (Buf.vec_inside)."""
+    other lanes are then zeroed (Buf.vec_inside). A unit-stride masked load's lanes that are
+    not read hold `fill` (a max pool's -inf past a row's end)."""
     buf: "Buf"
     index: Expr
     lanes: int
@@ -267,6 +270,7 @@ class VLoad(Expr):
     shift: int = 0
     mask: tuple[bool, ...] | None = None
     inside: bool = False
+    fill: float = 0
 
     @property
     def dtype(self):

@@ -173,14 +173,43 @@ def test_row_pool(op, attrs):
     _check(op, [("x", rand(2, 3, 37, 45))], attrs, opset=19)
 
 
+# Rows of at most two vectors pool in registers (kernels/pool.py, _pool_row_in_registers):
+# 13 columns are one vector of 16 lanes or two of 8, 7 columns one of either; up to 32
+# output rows are static code (the last vectors of all but the last row stored whole), 40
+# are a loop. A max pool's inputs are all below zero, where lanes past a row read as 0
+# would win.
+REGISTER_ROW_CASES = [
+    ("MaxPool", (2, 3, 14, 13), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", (1, 2, 42, 13), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", (1, 3, 9, 7), {"kernel_shape": [2, 3], "strides": [1, 2], "ceil_mode": 1,
+                               "dilations": [2, 1], "pads": [0, 2, 1, 1]}),
+    ("MaxPool", (1, 2, 13), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+    ("AveragePool", (2, 3, 14, 13), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                     "pads": [1, 1, 1, 1]}),
+    ("AveragePool", (1, 2, 80, 7), {"kernel_shape": [2, 2], "strides": [2, 1], "ceil_mode": 1,
+                                    "count_include_pad": 1, "pads": [0, 1, 0, 1]}),
+    ("AveragePool", (1, 2, 3, 5, 7), {"kernel_shape": [2, 3, 3], "pads": [1, 1, 1, 0, 1, 1]}),
+    ("LpPool", (1, 3, 9, 13), {"kernel_shape": [3, 2], "strides": [2, 3], "pads": [1, 1, 1, 1],
+                               "p": 3}),
+]
+
+
+@pytest.mark.parametrize("target", ["native", "x86-64-v3"])
+@pytest.mark.parametrize("op,shape,attrs", REGISTER_ROW_CASES)
+def test_pool_rows_in_registers(op, shape, attrs, target):
+    x = rand(*shape, low=-2.0, high=-1.0) if op == "MaxPool" else rand(*shape)
+    _check(op, [("x", x)], attrs, opset=19, target=target)
+
+
 def test_max_pool_int8_and_nan():
     attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
     x = (rand(1, 2, 21, 35, seed=4) * 127).astype(np.int8)
     _check("MaxPool", [("x", x)], attrs, opset=12)
-    x = rand(1, 1, 21, 35)
-    x[0, 0, 5, 7] = np.nan  # in the windows of outputs (2..3, 3..4): NaN propagates
-    y = cc.compile(_model("MaxPool", [("x", x)], attrs, opset=12)).run({"x": x})["y"][0, 0]
-    assert np.isnan(y[2:4, 3:5]).all() and np.isnan(y).sum() == 4
+    for columns in (35, 13):  # a row of three vectors, and one in registers
+        x = rand(1, 1, 21, columns)
+        x[0, 0, 5, 7] = np.nan  # in the windows of outputs (2..3, 3..4): NaN propagates
+        y = cc.compile(_model("MaxPool", [("x", x)], attrs, opset=12)).run({"x": x})["y"][0, 0]
+        assert np.isnan(y[2:4, 3:5]).all() and np.isnan(y).sum() == 4
 
 
 @pytest.mark.parametrize("storage_order", [0, 1])
