@@ -388,6 +388,25 @@ def test_pools_run_blocked_between_blocked_convs(every_conv_blocked, avg_attrs):
     _compare(model, {"x": x})
 
 
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    ("MaxPool", dict(kernel_shape=[3, 5], strides=[1, 2], pads=[0, 2, 2, 1], ceil_mode=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=0)),
+    ("AveragePool", dict(kernel_shape=[2, 4], strides=[2, 3], pads=[1, 3, 0, 2], ceil_mode=1,
+                         count_include_pad=1))])
+def test_blocked_pool_edges_and_inside_of_each_row(every_conv_blocked, op, attrs):
+    """Each output of a blocked pool, read through a 1x1 conv: the windows crossing a row's
+    ends (static code, clamped columns) and those inside it (a loop of plain loads)."""
+    c = 2 * LANES
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"]),
+             helper.make_node(op, ["a"], ["p"], **attrs),
+             helper.make_node("Conv", ["p", "w1"], ["y"])]
+    model = make_model(nodes, [("x", np.float32, [1, c, 9, 17])], [("y", np.float32, None)],
+                       [(f"w{i}", rand(c, c, 1, 1, seed=i) * 0.2) for i in range(2)])
+    assert [n.op for n in _final_graph(model).nodes].count("PoolBlocked") == 1
+    _compare(model, {"x": rand(1, c, 9, 17, seed=8) - 1.0})
+
+
 def test_max_pool_windows_that_miss_the_input_stay_plain():
     """A window wholly in the padding has the max -inf, which the nearest pixel inside the
     input would not give: such pools stay plain."""
