@@ -260,8 +260,8 @@ class VLoad(Expr):
     loaded from their first element so that no address lies before it. With `mask`, only
     the lanes it marks are read (Buf.vec_lanes), whatever the others' addresses; with
     `mask` and `inside`, all lanes lie inside the buffer and the vector is a plain load whose
-    other lanes are then zeroed (Buf.vec_inside). A unit-stride masked load's lanes that are
-    not read hold `fill` (a max pool's -inf past a row's end)."""
+    other lanes are then zeroed (Buf.vec_inside). A unit-stride load of its first `valid`
+    lanes holds `fill` in the others (a max pool's -inf past a row's end)."""
     buf: "Buf"
     index: Expr
     lanes: int

@@ -8,8 +8,9 @@ taps that reaches the input), so it changes nothing; an average replaces it with
 divides by RowPool's `count` input. Only the windows that cross a row's ends clamp their
 columns, in static code; the others are a loop of plain loads. AMD EPYC (LLVM: znver4),
 1 thread: Inception v2's blocked pools 567 -> 392 us, its 3x3 average pools over 28x28
-and 14x14 planes about twice as fast (38.5 -> 18.6 us). GlobalPoolBlocked reduces each plane to one vector (in
-POOL_CHAINS sums): its
+and 14x14 planes about twice as fast (38.5 -> 18.6 us).
+
+GlobalPoolBlocked reduces each plane to one vector (in POOL_CHAINS sums): its
 (N, C / x, 1, 1, x) result is the plain (N, C, 1, 1) tensor as it lies in memory.
 """
 from __future__ import annotations

@@ -205,7 +205,7 @@ def test_max_pool_int8_and_nan():
     attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
     x = (rand(1, 2, 21, 35, seed=4) * 127).astype(np.int8)
     _check("MaxPool", [("x", x)], attrs, opset=12)
-    for columns in (35, 13):  # a row of three vectors, and one in registers
+    for columns in (35, 13):  # rows past two vectors (the row buffer), rows in registers
         x = rand(1, 1, 21, columns)
         x[0, 0, 5, 7] = np.nan  # in the windows of outputs (2..3, 3..4): NaN propagates
         y = cc.compile(_model("MaxPool", [("x", x)], attrs, opset=12)).run({"x": x})["y"][0, 0]
