@@ -27,7 +27,8 @@ best left unconfirmed is chosen on its search timing (the kernel's summary says
 `confirmed: false`).
 Last, the model check (tune/model_check.py) builds the whole model with and without the new
 choices and keeps only those whose kernels are faster in the model, and none unless the
-tuned model as a whole wins round by round (tune/paired.py); it has the last
+tuned model as a whole wins round by round (tune/paired.py), timed again when the rounds
+fall short and the budget allows (_time_again); it has the last
 MODEL_CHECK_SHARE of a seconds budget, or more when the layout search showed that building and
 timing the model takes longer (_model_check_reserve).
 
@@ -57,7 +58,7 @@ from .layouts import (LAYOUT_SHARE, RULE, Region, apply_layout, collect_regions,
                       layout_variant, region_summary)
 from .model_check import (MAX_WEIGHT_BYTES, in_model_key, onnx_names, seconds_in_model,
                           weight_bytes)
-from .paired import NOT_FASTER, why_not_faster
+from .paired import NOT_FASTER, more_rounds_could_decide, pooled, why_not_faster
 from .records import RecordStore, make_record
 from .request import TuningRequest
 from .runner import Measurement, run_batch
@@ -543,6 +544,8 @@ class Tuner:
                          self.request.threads, self.weight_dtype, graph=graph)
         with self._local:
             default, chosen = self.run_batch(task)
+        if default.ok and chosen.ok and more_rounds_could_decide(chosen, default, 0.0):
+            default, chosen = self._time_again(task, default, chosen, started, began)
         if not (default.ok and chosen.ok):
             self._model_check_failed(unchecked, default, chosen)
         elif why := why_not_faster(chosen, default, 0.0):
@@ -551,6 +554,20 @@ class Tuner:
             self._judge_in_model(unchecked, default, chosen)
         self.model_check["seconds"] = round(time.monotonic() - began, 2)
         self._progress("model check", started)
+
+    def _time_again(self, task: BuildTask, default: Measurement, chosen: Measurement,
+                    started: float, began: float) -> tuple[Measurement, Measurement]:
+        """The model check's builds timed once more, when that fits in a seconds budget, and
+        judged on the rounds of both (tune/paired.py)."""
+        r = self.request
+        if r.seconds is not None and not self._fits(time.monotonic() - began,
+                                                    started + r.seconds):
+            return default, chosen
+        with self._local:
+            again = self.run_batch(task)
+        if not all(m.ok for m in again):
+            return default, chosen
+        return pooled(default, again[0]), pooled(chosen, again[1])
 
     def _judge_in_model(self, unchecked: list, default: Measurement,
                         chosen: Measurement) -> None:
