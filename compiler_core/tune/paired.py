@@ -31,8 +31,7 @@ NOT_FASTER = "not clearly faster"  # the start of a rejection's reason
 def why_not_faster(candidate: Measurement, reference: Measurement, min_gain: float) -> str | None:
     """None when `candidate` beats `reference` by `min_gain` over their paired rounds, else
     the reason it does not (a measurement without rounds counts as one round)."""
-    mine, theirs = _rounds(candidate), _rounds(reference)
-    ratios = np.array(mine[:len(theirs)]) / np.array(theirs[:len(mine)])
+    ratios = _ratios(candidate, reference)
     wins, needed = int((ratios < 1).sum()), math.ceil(WIN_SHARE * len(ratios))
     median = float(np.median(ratios))
     if median <= 1 - min_gain and wins >= needed:
@@ -45,8 +44,7 @@ def more_rounds_could_decide(candidate: Measurement, reference: Measurement,
                              min_gain: float) -> bool:
     """Whether the candidate's median saves `min_gain` and it won at least half the rounds,
     though not the WIN_SHARE that why_not_faster asks for."""
-    mine, theirs = _rounds(candidate), _rounds(reference)
-    ratios = np.array(mine[:len(theirs)]) / np.array(theirs[:len(mine)])
+    ratios = _ratios(candidate, reference)
     wins = int((ratios < 1).sum())
     return (float(np.median(ratios)) <= 1 - min_gain and 2 * wins >= len(ratios)
             and why_not_faster(candidate, reference, min_gain) is not None)
@@ -59,6 +57,12 @@ def pooled(first: Measurement, again: Measurement) -> Measurement:
     parts = [[names, (a + b) / 2] for (names, a), (_, b) in zip(first.parts, again.parts)] \
         if first.parts and again.parts else first.parts
     return replace(first, seconds=float(np.median(rounds)), rounds=rounds, parts=parts)
+
+
+def _ratios(candidate: Measurement, reference: Measurement) -> np.ndarray:
+    """The candidate's time over the reference's in each round they share."""
+    mine, theirs = _rounds(candidate), _rounds(reference)
+    return np.array(mine[:len(theirs)]) / np.array(theirs[:len(mine)])
 
 
 def _rounds(m: Measurement) -> list[float]:
