@@ -674,10 +674,12 @@ class Tuner:
 
 
 def _checked(unchecked: list, default: Measurement, chosen: Measurement) -> dict:
-    """meta.json's tuning.model_check once the model check has decided."""
+    """meta.json's tuning.model_check once the model check has decided (`rounds`: 18 when
+    it timed the models again)."""
     return {"checked": True, "kernels": len(unchecked),
             "kept": sum(w.choice != w.space[0] for w in unchecked),
-            "default_ms": _ms(default.seconds), "tuned_ms": _ms(chosen.seconds)}
+            "default_ms": _ms(default.seconds), "tuned_ms": _ms(chosen.seconds),
+            "rounds": len(chosen.rounds or [chosen.seconds])}
 
 
 def _against_default(w: Workload, measured: list) -> list:

@@ -291,6 +291,7 @@ def test_a_choice_faster_in_the_model_is_kept():
     assert graph.nodes[0].schedule == ProbeSchedule("fast")
     check = tuner.summary()["model_check"]
     assert check["checked"] and check["kept"] == 1 and check["tuned_ms"] < check["default_ms"]
+    assert check["rounds"] == 9  # won outright: timed once
     (kernel,) = tuner.summary()["kernels"]
     assert kernel["in_model_ms"]["chosen"] < kernel["in_model_ms"]["default"]
 
@@ -316,6 +317,7 @@ def test_a_tuned_model_short_of_wins_is_timed_again_and_kept_on_all_its_rounds()
     assert checks == [0, 1] and graph.nodes[0].schedule == ProbeSchedule("fast")
     check = tuner.summary()["model_check"]
     assert check["checked"] and check["kept"] == 1 and "why" not in check
+    assert check["rounds"] == 18
 
 
 def test_outputs_are_compared_against_their_largest_magnitude():

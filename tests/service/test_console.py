@@ -248,10 +248,10 @@ def test_job_page_shows_the_model_check(browser, api, uploaded, no_enqueue):
     page = browser.get(f"/jobs/{job_id}/").content.decode()
     assert 'id="model-check"' in page and "checking…" in page
     progress["model_check"] = {"checked": True, "kernels": 2, "kept": 1, "default_ms": 2.1,
-                               "tuned_ms": 1.9, "seconds": 12.0}
+                               "tuned_ms": 1.9, "seconds": 12.0, "rounds": 18}
     CompileJob.objects.filter(pk=job_id).update(tuning_progress=progress)
     page = browser.get(f"/jobs/{job_id}/").content.decode()
-    assert "1 / 2 kept" in page and "tuned 1.9" in page
+    assert "1 / 2 kept" in page and "tuned 1.9" in page and "18 rounds" in page
     assert "round by round" not in page
     progress["model_check"].update(kept=0, why="not clearly faster: 0.990 of the reference's")
     CompileJob.objects.filter(pk=job_id).update(tuning_progress=progress)
