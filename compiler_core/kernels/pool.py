@@ -119,12 +119,8 @@ def _pool_row_in_registers(kb, x, y, count, out_idx, attrs, ident, p, later: int
     edge = broadcast(as_expr(ident, x.dtype), lanes)
     parts = [edge]
     for w0 in range(0, cols, lanes):
-        vals = []
-        for inside, offset in sources:
-            v = x.vec(base + offset + w0, lanes, min(lanes, cols - w0), fill=ident)
-            v = _lp_term(v, p) if kind == "lp" else v
-            vals.append(v if inside is None else select(inside, v, as_expr(ident, v.dtype)))
-        reduced = functools.reduce(functools.partial(_merge, kind), vals)
+        reduced = _reduce_sources(kind, sources, ident, p, lambda offset, w0=w0: x.vec(
+            base + offset + w0, lanes, min(lanes, cols - w0), fill=ident))
         parts.append(Get(kb.local(x.dtype, reduced, "row", lanes)))
     out = y.offset((*out_idx, 0))
     counts = count.offset((*out_idx[2:], 0)) if count is not None else None
@@ -163,13 +159,19 @@ def _reduce_rows(kb, x, row, plane, o, attrs, cols, ident, p):
     sources = _window_rows(x.shape[2:], o, attrs)
     base, width = plane * int(np.prod(x.shape[2:], dtype=np.int64)), row.shape[1]
     with kb.loop(cols, name="w") as w:
-        vals = []
-        for inside, offset in sources:
-            v = x.flat(base + offset + w)
-            v = _lp_term(v, p) if kind == "lp" else v
-            vals.append(v if inside is None else select(inside, v, as_expr(ident, v.dtype)))
-        kb.store_flat(row, plane * width + attrs["pads_begin"][-1] + w,
-                      functools.reduce(functools.partial(_merge, kind), vals))
+        kb.store_flat(row, plane * width + attrs["pads_begin"][-1] + w, _reduce_sources(
+            kind, sources, ident, p, lambda offset: x.flat(base + offset + w)))
+
+
+def _reduce_sources(kind: str, sources, ident, p, load):
+    """The reduction over the window's input rows (_window_rows) of load(row offset); a row
+    outside the input contributes `ident`."""
+    vals = []
+    for inside, offset in sources:
+        v = load(offset)
+        v = _lp_term(v, p) if kind == "lp" else v
+        vals.append(v if inside is None else select(inside, v, as_expr(ident, v.dtype)))
+    return functools.reduce(functools.partial(_merge, kind), vals)
 
 
 def _window_rows(in_spatial, o, attrs):

@@ -53,7 +53,7 @@ def more_rounds_could_decide(candidate: Measurement, reference: Measurement,
 def pooled(first: Measurement, again: Measurement) -> Measurement:
     """Two measurements of one whole-model variant as one: all their rounds, the median of
     those, and each kernel's time (`parts`, the same kernels in the same order) averaged."""
-    rounds = _rounds(first) + _rounds(again)
+    rounds = rounds_of(first) + rounds_of(again)
     parts = [[names, (a + b) / 2] for (names, a), (_, b) in zip(first.parts, again.parts)] \
         if first.parts and again.parts else first.parts
     return replace(first, seconds=float(np.median(rounds)), rounds=rounds, parts=parts)
@@ -61,9 +61,10 @@ def pooled(first: Measurement, again: Measurement) -> Measurement:
 
 def _ratios(candidate: Measurement, reference: Measurement) -> np.ndarray:
     """The candidate's time over the reference's in each round they share."""
-    mine, theirs = _rounds(candidate), _rounds(reference)
+    mine, theirs = rounds_of(candidate), rounds_of(reference)
     return np.array(mine[:len(theirs)]) / np.array(theirs[:len(mine)])
 
 
-def _rounds(m: Measurement) -> list[float]:
+def rounds_of(m: Measurement) -> list[float]:
+    """A whole model's time in each round (one round when it was timed only once)."""
     return list(m.rounds) if m.rounds else [m.seconds]

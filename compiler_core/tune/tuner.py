@@ -58,7 +58,7 @@ from .layouts import (LAYOUT_SHARE, RULE, Region, apply_layout, collect_regions,
                       layout_variant, region_summary)
 from .model_check import (MAX_WEIGHT_BYTES, in_model_key, onnx_names, seconds_in_model,
                           weight_bytes)
-from .paired import NOT_FASTER, more_rounds_could_decide, pooled, why_not_faster
+from .paired import NOT_FASTER, more_rounds_could_decide, pooled, rounds_of, why_not_faster
 from .records import RecordStore, make_record
 from .request import TuningRequest
 from .runner import Measurement, run_batch
@@ -679,7 +679,7 @@ def _checked(unchecked: list, default: Measurement, chosen: Measurement) -> dict
     return {"checked": True, "kernels": len(unchecked),
             "kept": sum(w.choice != w.space[0] for w in unchecked),
             "default_ms": _ms(default.seconds), "tuned_ms": _ms(chosen.seconds),
-            "rounds": len(chosen.rounds or [chosen.seconds])}
+            "rounds": len(rounds_of(chosen))}
 
 
 def _against_default(w: Workload, measured: list) -> list:
