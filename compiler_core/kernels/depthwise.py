@@ -222,19 +222,22 @@ def valid_taps(o: int, n: int, k: int, s: int, pad: int) -> list[int]:
 @lowering("DepthwiseConv")
 def lower_depthwise_conv(node, kb, ins, outs):
     """Inputs: x (N, C, H, W), w (C, 1, KH, KW), bias, residual; attrs: kernel_shape,
-    strides, pads_begin, activation (kernels/epilogue.py)."""
+    strides, pads_begin, activation (kernels/epilogue.py), channel_shuffle (A: channel c
+    reads x's plane (c % A) * (C / A) + c // A, passes/fold_channel_shuffle.py)."""
     x, w, bias, residual = (ins + [None])[:4]
     y = outs[0]
     N, C = x.shape[:2]
     KH, KW = node.attrs["kernel_shape"]
     sched = node.schedule
     kind = "parallel" if sched.parallel else "serial"
+    shuffle = node.attrs.get("channel_shuffle")  # passes/fold_channel_shuffle.py
     with kb.loop(N * C, kind=kind, name="plane") as nc:
         c = nc % C
+        x_plane = nc if shuffle is None else nc - c + c % shuffle * (C // shuffle) + c // shuffle
         taps = [[kb.local(y.dtype, w.flat(c * (KH * KW) + i * KW + j), "w") for j in range(KW)]
                 for i in range(KH)]
         b = kb.local(y.dtype, bias[c], "bias") if bias is not None else None
-        plane = _Plane(node, kb, (x, y, residual), nc, taps, b, sched)
+        plane = _Plane(node, kb, (x, y, residual), (x_plane, nc), taps, b, sched)
         if sched.flat:
             plane.flat()
         else:
@@ -244,8 +247,10 @@ def lower_depthwise_conv(node, kb, ins, outs):
 class _Plane:
     """The code for one (image, channel) plane, row by row."""
 
-    def __init__(self, node, kb, bufs, nc, taps, bias, sched: DepthwiseSchedule):
-        self.node, self.kb, (self.x, self.y, self.residual), self.nc = node, kb, bufs, nc
+    def __init__(self, node, kb, bufs, planes, taps, bias, sched: DepthwiseSchedule):
+        """planes: (the plane of x read, the plane of y written), as Exprs."""
+        self.node, self.kb, (self.x, self.y, self.residual) = node, kb, bufs
+        self.x_plane, self.nc = planes
         self.accumulators, self.row_block = sched.accumulators, sched.row_block
         self.taps, self.bias = taps, bias
         self.act = node.attrs.get("activation")
@@ -288,7 +293,7 @@ class _Plane:
         self.phase_width = Q = phase_row_width(self.node, lanes)
         self.scratch = self.kb.scratch("phase_rows", self.y.dtype, 2 * H * Q)
         with self.kb.loop(H, name="h") as h:
-            row = (self.nc * H + h) * W
+            row = (self.x_plane * H + h) * W
             for p in range(2):
                 for q0 in range(0, Q, lanes):
                     cols = [2 * (q0 + t) + p - self.pw for t in range(lanes)]
@@ -385,7 +390,7 @@ class _Plane:
                     shift = p0 + (i - self.ph) * W + (j - self.pw)
                     load = self.x.vec_inside if self._blends(shift, shift, lanes) \
                         else self.x.vec_lanes
-                    loads.append((i, j, load(self.nc * n + shift, mask)))
+                    loads.append((i, j, load(self.x_plane * n + shift, mask)))
         return loads
 
     def vector(self, oh, ow, taps: dict, lanes: int, width: int):
@@ -394,7 +399,7 @@ class _Plane:
         x, y = self.x, self.y
         H, W = x.shape[2:]
         OH, OW = y.shape[2:]
-        x_row = (self.nc * H + oh * self.sh - self.ph) * W + ow * self.sw - self.pw
+        x_row = (self.x_plane * H + oh * self.sh - self.ph) * W + ow * self.sw - self.pw
         loads = [(i, j, self._tap(x_row + (i * W + j), ow, i, j, lanes, a, b))
                  for (i, j), (a, b) in taps.items() if a < b]
         self.finish(self.sum_taps(loads, lanes), (self.nc * OH + oh) * OW + ow, lanes, width)
@@ -407,7 +412,7 @@ class _Plane:
         H, W = x.shape[2:]
         OH, OW = y.shape[2:]
         KH = len(self.taps)
-        x_row = (self.nc * H + oh * self.sh - self.ph) * W + ow * self.sw - self.pw
+        x_row = (self.x_plane * H + oh * self.sh - self.ph) * W + ow * self.sw - self.pw
         zero = broadcast(as_expr(0.0, y.dtype), lanes)
         sums = [kb.local(y.dtype, zero, "acc", lanes) for _ in range(count)]
         for r in range((count - 1) * self.sh + KH):
@@ -455,7 +460,7 @@ class _Plane:
         H, W = x.shape[2:]
         OH, OW = y.shape[2:]
         col = ow * s - self.pw  # the column of part 0's lane 0 at tap 0
-        x_row = (self.nc * H + oh * self.sh - self.ph) * W + col
+        x_row = (self.x_plane * H + oh * self.sh - self.ph) * W + col
         parts = []
         for p in range(s):
             loads = []

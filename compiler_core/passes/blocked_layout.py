@@ -141,6 +141,7 @@ def _blocks_of(v: Value, lanes: int) -> bool:
 def _depthwise(n: Node, lanes: int) -> bool:
     """A 2-D depthwise conv (kernels/depthwise_blocked.py) with constant weights."""
     return (n.op == "DepthwiseConv" and not n.guards and n.inputs[1].is_const
+            and "channel_shuffle" not in n.attrs
             and _blocks_of(n.inputs[0], lanes) and list(n.attrs["dilations"]) == [1, 1])
 
 

@@ -13,6 +13,7 @@ from .dense_weights import use_packed_gemm
 from .dce import eliminate_dead_code
 from .defer_softmax_division import defer_softmax_division
 from .finalize_outputs import finalize_outputs
+from .fold_channel_shuffle import fold_channel_shuffle
 from .fold_batchnorm import fold_batchnorm
 from .fuse_activation import fuse_activation, fuse_epilogue
 from .fuse_attention import fuse_attention
@@ -30,7 +31,7 @@ Pass = Callable[[Graph], Graph]
 PIPELINES: dict[str, list] = {
     "O0": [finalize_outputs, eliminate_dead_code, assign_schedules_for],
     "O1": [eliminate_dead_code, fold_batchnorm, use_packed_gemm, fuse_activation,
-           eliminate_common_subexpressions, use_sparse_weights_for, finalize_outputs,
+           eliminate_common_subexpressions, fold_channel_shuffle, use_sparse_weights_for, finalize_outputs,
            eliminate_dead_code, choose_blocked_layout_for, assign_schedules_for, use_winograd,
            use_blocked_layout_for, pack_weights, add_conv_panels],
 }
