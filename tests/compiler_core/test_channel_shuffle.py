@@ -15,11 +15,11 @@ F = np.float32
 
 
 def _shuffle_model(groups, per_group, hw, k, stride, merged=False, keep_shuffled=False,
-                   perm=None):
-    """x -> Reshape (1, A, B, H, W) (or (1, A, B, H*W) if merged) -> Transpose -> Reshape
+                   perm=None, batch=1):
+    """x -> Reshape (N, A, B, H, W) (or (N, A, B, H*W) if merged) -> Transpose -> Reshape
     -> depthwise Conv k x k "same" [and the shuffled tensor as an output too]."""
     c = groups * per_group
-    split = [1, groups, per_group] + ([hw * hw] if merged else [hw, hw])
+    split = [batch, groups, per_group] + ([hw * hw] if merged else [hw, hw])
     perm = perm or [0, 2, 1] + list(range(3, len(split)))
     nodes = [helper.make_node("Reshape", ["x", "split"], ["s"]),
              helper.make_node("Transpose", ["s"], ["t"], perm=perm),
@@ -27,26 +27,27 @@ def _shuffle_model(groups, per_group, hw, k, stride, merged=False, keep_shuffled
              helper.make_node("Conv", ["shuffled", "w", "b"], ["y"], group=c,
                               kernel_shape=[k, k], strides=[stride, stride],
                               pads=[k // 2] * 4)]
-    inits = [("split", np.array(split, np.int64)), ("back", np.array([1, c, hw, hw], np.int64)),
+    inits = [("split", np.array(split, np.int64)), ("back", np.array([batch, c, hw, hw], np.int64)),
              ("w", rand(c, 1, k, k, seed=1)), ("b", rand(c, seed=2))]
     outputs = [("y", F, None)] + ([("shuffled", F, None)] if keep_shuffled else [])
-    return make_model(nodes, [("x", F, (1, c, hw, hw))], outputs, inits)
+    return make_model(nodes, [("x", F, (batch, c, hw, hw))], outputs, inits)
 
 
 def _kernels(model) -> list[str]:
     return [k["op"] for k in cc.compile(model).meta["kernels"]]
 
 
-@pytest.mark.parametrize("groups,per_group,hw,k,stride,merged", [
-    (4, 28, 14, 3, 1, False),   # ShuffleNet's shape of shuffle
-    (3, 5, 9, 3, 2, True),      # height and width merged in the split
-    (2, 3, 6, 5, 1, False),     # a plane that goes flat on AVX-512
-    (8, 2, 13, 3, 2, False),
+@pytest.mark.parametrize("groups,per_group,hw,k,stride,merged,batch", [
+    (4, 28, 14, 3, 1, False, 1),   # ShuffleNet's shape of shuffle
+    (3, 5, 9, 3, 2, True, 1),      # height and width merged in the split
+    (2, 3, 6, 5, 1, False, 1),     # a plane that goes flat on AVX-512
+    (8, 2, 13, 3, 2, False, 1),
+    (4, 3, 7, 3, 1, False, 3),     # the map keeps each image's planes
 ])
 def test_a_shuffle_before_a_depthwise_conv_is_read_in_place(groups, per_group, hw, k, stride,
-                                                            merged):
-    model = _shuffle_model(groups, per_group, hw, k, stride, merged)
-    assert_matches(model, {"x": rand(1, groups * per_group, hw, hw)})
+                                                            merged, batch):
+    model = _shuffle_model(groups, per_group, hw, k, stride, merged, batch=batch)
+    assert_matches(model, {"x": rand(batch, groups * per_group, hw, hw)})
     assert "Transpose" not in _kernels(model)
 
 
