@@ -28,7 +28,8 @@ from ..ir.loops import (INDEX, Get, as_expr, logical_and, maximum, minimum, row_
                         select)
 from .elementwise import loop_kind
 from .epilogue import apply_activation, is_heavy
-from .fma_ports import amd_two_wide_fma_ports, intel_two_fma_ports, two_wide_fma_ports
+from .fma_ports import (amd_two_wide_fma_ports, intel_two_fma_ports, one_wide_fma_port,
+                        two_wide_fma_ports)
 from .matmul import (MAX_MR, SMALL_N, GemmShape, GemmTiles, Operand, Output, default_tiles,
                      emit_gemm, even_chunk_size, l2_columns)
 from .conv_blocked import row_pieces, row_span
@@ -323,7 +324,7 @@ def _image_stem(node) -> bool:
 # tile slice of B over all of k is past L1, 2.20 -> 2.25), and 16-plane 1x1 convs in place
 # lose at 112x112 (MobileNetV3, 0.276 -> 0.283 ms): those stay packed.
 def _stem_on_one_wide_port(node, spec) -> bool:
-    return spec.vector_bits >= 512 and not two_wide_fma_ports(spec) and _image_stem(node)
+    return one_wide_fma_port(spec) and _image_stem(node)
 
 
 # By rows (kernels/conv_rows.py), Xeon (LLVM: rocketlake), 1 thread, each conv in its model,
@@ -400,15 +401,20 @@ def _eight_rows_fit_better(rows: int, mr: int) -> bool:
 # accumulators' lane-by-lane stores stay a small part of the work.
 CHANNEL_VECTORS_BELOW_FILL = 0.85
 CHANNEL_VECTORS_MIN_K = 128
-# On Intel's two-FMA cores those stores weigh more: a 1x1 conv of a shorter reduction runs
-# faster as the GEMM, reading its input in place (INTEL_IN_PLACE_MAX_INPUT_BYTES). Xeon
+# On Intel's two-FMA cores and on Zen 4 those stores weigh more: a 1x1 conv of a shorter
+# reduction runs faster as the GEMM, reading its input in place (IN_PLACE_MAX_INPUT_BYTES).
+# AMD EPYC (LLVM: znver4), 1 thread, alone, channel vectors -> GEMM in place: 544 -> 544
+# in 4 groups at 7x7 0.81-0.84; whole models new/old, interleaved, both orders, 1 | 2
+# threads: ShuffleNet 0.963-0.968 | 0.957-0.965, MobileNetV3 (whose 160 -> 960 convs then
+# join its blocked region) 0.979-0.984 | 0.962-0.983. The tuner had found the same GEMM
+# for ShuffleNet's, 25% faster alone. Xeon
 # (LLVM: rocketlake, a Sapphire Rapids-class cloud core), alone, channel vectors -> GEMM,
 # 1 | 2 threads: 160 -> 960 channels at 7x7 (MobileNetV3, K 160) 0.87 | 0.87, 544 -> 544
 # in 4 groups at 7x7 (ShuffleNet, K 136) 0.80 | 0.80; with longer reductions channel
 # vectors keep winning: 512 -> 128 at 7x7 1.14 | 1.09, 960 -> 160 1.16 | 1.11, 832 -> 384
 # at 6x6 1.22 | 1.08. Whole models new/old with both rules, interleaved: MobileNetV3 0.988
 # | 0.991, ShuffleNet 0.977 | 0.943 (no other bench model's convs change).
-CHANNEL_VECTORS_MIN_K_INTEL_1X1 = 256
+CHANNEL_VECTORS_MIN_K_1X1 = 256
 # With 16 vector registers (AVX2) every panel of 2 x 8 channels reads the whole input again:
 # past this much of such reads the GEMM wins (znver3, 1 thread: ResNet-50's 512-channel 3x3
 # stride-2 conv to 7x7, 32 panels x 655 KB, 5.2-7.1 -> 4.4-4.7 ms). An image stem (<= 4
@@ -420,8 +426,9 @@ CHANNEL_VECTORS_MAX_REREAD_BYTES = 8 << 20
 
 def _channel_vectors_pay(node, shape: GemmShape, lanes: int, spec) -> bool:
     min_k = CHANNEL_VECTORS_MIN_K
-    if intel_two_fma_ports(spec) and math.prod(node.attrs["kernel_shape"]) == 1:
-        min_k = CHANNEL_VECTORS_MIN_K_INTEL_1X1
+    if ((intel_two_fma_ports(spec) or one_wide_fma_port(spec))
+            and math.prod(node.attrs["kernel_shape"]) == 1):
+        min_k = CHANNEL_VECTORS_MIN_K_1X1
     if not (node.inputs[1].is_const and shape.M >= 2 * lanes and shape.K >= min_k):
         return False
     x = node.inputs[0]
@@ -603,14 +610,15 @@ UNPACKED_CHUNKS_MIN_INPUT_BYTES_512 = 4 << 20
 # place / packed: 16 -> 64 channels 3x3 at 55x55 1.27x, 1x1 1.16x, 3 -> 64 3x3 stride 2 at
 # 224x224 1.07x; with 24 to 48 input channels 0.93-1.07x, with 64 or more 0.73-1.03x.
 PACK_MIN_PLANES_TWO_WIDE_PORTS = 17
-# An input that fits in L1 is read in place on Intel's two-FMA cores: the copy buys no
-# stream there. Xeon (LLVM: rocketlake), alone, packed -> in place, 1 | 2 threads: 160 ->
+# An input that fits in L1 is read in place on Intel's two-FMA cores and on Zen 4: the
+# copy buys no stream there (znver4, 544 -> 544 in 4 groups at 7x7, packed -> in place
+# 0.91). Xeon (LLVM: rocketlake), alone, packed -> in place, 1 | 2 threads: 160 ->
 # 960 channels at 7x7 (rows split 4 ways) 0.85 | 0.92, 544 -> 544 in 4 groups at 7x7 (2
 # row items packed, 4 in place) 0.83 | 0.83. Wider planes keep their packing: without the
 # column bound a 13x13 conv of SqueezeNet went in place and the model lost (new/old 1.04 |
 # 1.07).
-INTEL_IN_PLACE_MAX_INPUT_BYTES = L1_BYTES
-INTEL_IN_PLACE_MAX_COLUMNS = 64
+IN_PLACE_MAX_INPUT_BYTES = L1_BYTES
+IN_PLACE_MAX_COLUMNS = 64
 
 
 def _default_packing(sched: ConvSchedule, node, shape: GemmShape, pieces: int,
@@ -621,8 +629,9 @@ def _default_packing(sched: ConvSchedule, node, shape: GemmShape, pieces: int,
     sched = with_packing(sched, shape, pieces)
     planes = node.inputs[0].shape[1] // node.attrs["group"]
     few_planes = two_wide_fma_ports(spec) and planes < PACK_MIN_PLANES_TWO_WIDE_PORTS
-    small_in_l1 = (intel_two_fma_ports(spec) and shape.N <= INTEL_IN_PLACE_MAX_COLUMNS
-                   and node.inputs[0].nbytes // pieces <= INTEL_IN_PLACE_MAX_INPUT_BYTES)
+    small_in_l1 = ((intel_two_fma_ports(spec) or one_wide_fma_port(spec))
+                   and shape.N <= IN_PLACE_MAX_COLUMNS
+                   and node.inputs[0].nbytes // pieces <= IN_PLACE_MAX_INPUT_BYTES)
     if sched.pack and (few_planes or small_in_l1):
         sched = dataclasses.replace(sched, pack=False)
     if not sched.pack:

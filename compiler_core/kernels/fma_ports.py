@@ -11,6 +11,11 @@ def two_wide_fma_ports(spec) -> bool:
     return spec.vector_bits >= 512 and spec.cpu != "znver4"
 
 
+def one_wide_fma_port(spec) -> bool:
+    """AVX-512 code on a core that issues one 512-bit FMA a cycle (Zen 4)."""
+    return spec.vector_bits >= 512 and not two_wide_fma_ports(spec)
+
+
 def amd_two_wide_fma_ports(spec) -> bool:
     """Zen 5 (and later AMD cores): some defaults measured there differ from Intel's."""
     return two_wide_fma_ports(spec) and spec.cpu.startswith("znver")
