@@ -299,6 +299,10 @@ class KernelLowering:
                             [e.first + k * e.stride for k in range(e.lanes)])
         return self.b.shuffle_vector(vals[0], ir.Constant(vals[0].type, None), picks)
 
+    def e_Shuffle(self, e: L.Shuffle):
+        return self.b.shuffle_vector(self.expr(e.a), self.expr(e.b),
+                                     ir.Constant(ir.VectorType(I32, e.lanes), list(e.picks)))
+
     def _concat(self, a, b):
         n = a.type.count
         return self.b.shuffle_vector(a, b, ir.Constant(ir.VectorType(I32, 2 * n), list(range(2 * n))))

@@ -329,6 +329,23 @@ class Pick(Expr):
 
 
 @dataclass(eq=False)
+class Shuffle(Expr):
+    """Lane t is lane picks[t] of `a` and `b` laid end to end: one two-input shuffle (a
+    register transpose's step, transpose_lanes)."""
+    a: Expr
+    b: Expr
+    picks: tuple
+
+    @property
+    def dtype(self):
+        return self.a.dtype
+
+    @property
+    def lanes(self):
+        return len(self.picks)
+
+
+@dataclass(eq=False)
 class PairDot(Expr):
     """Integer products summed over adjacent pairs: lane j is a[2j] * b[2j] + a[2j+1] * b[2j+1]
     in int32, where `a` is 2n int16 lanes and `b` is n int32 lanes, each holding two int16
@@ -542,6 +559,26 @@ def pick_lanes(parts: list, stride: int, first: int = 0) -> Expr:
     if len(parts) * parts[0].lanes < first + (parts[0].lanes - 1) * stride + 1:
         raise ValueError(f"{len(parts)} vectors hold too few lanes to pick at stride {stride}")
     return Pick(tuple(parts), stride, first) if stride > 1 or first else parts[0]
+
+
+def transpose_lanes(kb, rows: list) -> list[Expr]:
+    """The columns of the square matrix whose rows are `rows` (n vectors of n lanes, n a
+    power of two): log2(n) steps of n two-input shuffles, step s exchanging bit s of each
+    element's row and lane (n * log2(n) shuffles; picking each column's lanes from all n
+    rows took n * (n - 1)). Each step's vectors are locals: its values feed two of the next."""
+    n = len(rows)
+    if n & (n - 1) or any(r.lanes != n for r in rows):
+        raise ValueError("transpose_lanes needs n vectors of n lanes, n a power of two")
+    vals, s = list(rows), n // 2
+    while s:
+        keep = tuple(t if not t & s else n + t - s for t in range(n))
+        swap = tuple(t + s if not t & s else n + t for t in range(n))
+        for i in (i for i in range(n) if not i & s):
+            a, b = vals[i], vals[i + s]
+            vals[i] = Get(kb.local(a.dtype, Shuffle(a, b, keep), "t", n))
+            vals[i + s] = Get(kb.local(a.dtype, Shuffle(a, b, swap), "t", n))
+        s //= 2
+    return vals
 
 
 def pair_dot(a: Expr, b: Expr) -> Expr:

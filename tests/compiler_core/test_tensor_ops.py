@@ -85,6 +85,19 @@ def test_transpose_tiled(shape, perm):
     check("Transpose", rand(*shape), {"perm": perm})
 
 
+@pytest.mark.parametrize("target", ["native", "x86-64-v3"])
+@pytest.mark.parametrize("shape", [(2, 16, 37), (3, 37, 16), (2, 8, 21), (1, 21, 8), (2, 4, 9),
+                                   (1, 9, 4)])
+def test_transpose_of_vector_blocks_in_registers(shape, target):
+    """The blocked layout's conversions swap two axes, one of 4, 8 or 16 (kernels/tensor.py):
+    squares of vectors transposed in registers (ir/loops.transpose_lanes), the longer axis's
+    last partial square one element at a time."""
+    x = np.arange(np.prod(shape), dtype=F).reshape(shape)
+    model = node_model("Transpose", x, {"perm": [0, 2, 1]})
+    got = cc.compile(model, target=target).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, x.transpose(0, 2, 1))
+
+
 @pytest.mark.parametrize("shape,perm,copies", [
     ((1, 50, 40), [1, 0, 2], False), ((50, 2, 1, 48), [0, 2, 1, 3], False),
     ((3, 1, 4), [2, 1, 0], True)])
