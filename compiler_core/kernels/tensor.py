@@ -90,8 +90,8 @@ def _transpose_vector_blocks(kb, x, y):
     along the longer one, `lanes` vectors loaded along b and `lanes` stored along a,
     transposed in registers (ir/loops.transpose_lanes); the longer axis's last partial block
     one element at a time. Each stored vector picked from all those loaded took 240
-    shuffles a block of 16 x 16, these take 64: znver4, 1 thread, alone, 16 -> 2 x 16
-    channels of 56x56 into NCHW16c 25.6 -> 8.9 us, 8 x 16 channels back 92.9 -> 35.9 us;
+    shuffles a block of 16 x 16, these take 64: znver4, 1 thread, alone, 32 channels of
+    56x56 into NCHW16c 25.6 -> 8.9 us, 128 channels from it 92.9 -> 35.9 us;
     DenseNet-121 new/old 0.987 (interleaved, both orders; Inception v1 1.003)."""
     *outer, A, B = x.shape
     lanes = min(A, B)
