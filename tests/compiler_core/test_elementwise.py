@@ -42,8 +42,9 @@ def test_constant_exponents_match_and_squares_become_products(exponent):
 @pytest.mark.parametrize("op", ["Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil",
                                 "Round", "Sign", "Erf", "Sin", "Cos", "Relu", "Sigmoid", "Tanh",
                                 "Softplus", "HardSwish", "Softsign"])
-def test_unary(op):
-    x = rand(3, 17, low=-3, high=3)
+@pytest.mark.parametrize("shape", [(3, 17), (5, 16)])  # rows of 16: one vector each
+def test_unary(op, shape):
+    x = rand(*shape, low=-3, high=3)
     if op in ("Sqrt", "Log"):
         x = np.abs(x) + 0.1
     m = make_model([helper.make_node(op, ["x"], ["y"])], [("x", F, x.shape)], [("y", F, x.shape)])
@@ -53,8 +54,9 @@ def test_unary(op):
 @pytest.mark.parametrize("op,attrs", [("LeakyRelu", {"alpha": 0.2}), ("Elu", {"alpha": 0.7}),
                                       ("Selu", {}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}),
                                       ("Gelu", {}), ("Gelu", {"approximate": "tanh"})])
-def test_activation_attributes(op, attrs):
-    x = rand(4, 9, low=-4, high=4)
+@pytest.mark.parametrize("shape", [(4, 9), (2, 3, 8)])
+def test_activation_attributes(op, attrs, shape):
+    x = rand(*shape, low=-4, high=4)
     m = make_model([helper.make_node(op, ["x"], ["y"], **attrs)], [("x", F, x.shape)],
                    [("y", F, x.shape)], opset=20)
     assert_matches(m, {"x": x})
@@ -135,3 +137,17 @@ def test_channel_scaling_uses_no_gathers(target):
     lines = disassembly(cc.compile(m, target=target))
     assert not [line for line in lines if "gather" in line or "scatter" in line]
     assert_matches(m, {"x": rand(1, 96, 28, 28, seed=1), "s": rand(1, 96, 1, 1, seed=2)})
+
+
+@pytest.mark.parametrize("target,lanes", [("x86-64-v4", 16), ("x86-64-v3", 8)])
+def test_rows_of_a_vector_are_vectors(target, lanes):
+    """The blocked layout's batch norm and Relu, x[n, cb, h, w, :] * a[cb, :] + b[cb, :]:
+    each row of the last axis one vector, not lanes inserted one by one from positions."""
+    shape, per_block = (1, 3, 8, 8, lanes), (1, 3, 1, 1, lanes)
+    nodes = [helper.make_node("Mul", ["x", "a"], ["t"]), helper.make_node("Add", ["t", "b"], ["u"]),
+             helper.make_node("Relu", ["u"], ["y"])]
+    m = make_model(nodes, [("x", F, shape)], [("y", F, shape)],
+                   [("a", rand(*per_block, seed=2)), ("b", rand(*per_block, seed=3))])
+    lines = disassembly(cc.compile(m, target=target))
+    assert not [line for line in lines if "insertps" in line or "gather" in line]
+    assert_matches(m, {"x": rand(*shape, seed=1)}, target=target)
