@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.loops import Get, as_expr, binop, broadcast_index, call, cast, row_major_strides
+from ..ir.loops import (Get, as_expr, binop, broadcast_index, call, cast, row_major_strides,
+                        select)
 from .elementwise import loop_kind
 from .registry import lowering
 
@@ -175,8 +176,12 @@ def lower_batch_norm_training(node, kb, ins, outs):
 def lower_lrn(node, kb, ins, outs):
     """y = x / (bias + alpha / size * sum of x^2 over a window of channels) ^ beta.
 
-    The window sum accumulates in y itself, one contiguous spatial row at a time; the
-    (image, channel) rows are independent, the items of a parallel loop.
+    One pass per (image, channel) row, the items of a parallel loop: each position sums
+    its window's squares straight from the window's rows (channels outside the tensor add
+    0), then divides. Summing into y row by row first, five passes over it for a window of
+    5, took twice as long: AMD EPYC (LLVM: znver4), 1 thread, alone, 192 channels at 56x56
+    523 -> 272 us (ONNX Runtime 15.7 ms); in their models, Inception v1's two LRNs 746 ->
+    353 us, AlexNet's 408 -> 205.
     """
     x, y = ins[0], outs[0]
     size, alpha, beta, bias = (node.attrs[k] for k in ("size", "alpha", "beta", "bias"))
@@ -184,19 +189,19 @@ def lower_lrn(node, kb, ins, outs):
     inner = _flat(x.shape[2:])
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
     dt = y.dtype
+    zero = as_expr(0.0, dt)
     with kb.loops((N, C), kind=loop_kind(x.size)) as (n, c):
-        row = (n * C + c) * inner
+        window = [(ch, binop("max", binop("min", ch, as_expr(C - 1)), as_expr(0)))
+                  for ch in (c + k for k in range(-before, after + 1))]
         with kb.loop(inner, name="s") as s:
-            kb.store_flat(y, row + s, as_expr(0.0, dt))
-        lo = binop("max", c - before, as_expr(0))
-        hi = binop("min", c + after + 1, as_expr(C))
-        with kb.loop(hi, start=lo, name="cc") as cc:
-            with kb.loop(inner, name="s") as s:
-                v = x.flat((n * C + cc) * inner + s)
-                kb.store_flat(y, row + s, y.flat(row + s) + v * v)
-        with kb.loop(inner, name="s") as s:
-            z = as_expr(bias, dt) + as_expr(alpha / size, dt) * y.flat(row + s)
-            kb.store_flat(y, row + s, x.flat(row + s) / _power(z, beta))
+            squares = None
+            for ch, clamped in window:
+                v = x.flat((n * C + clamped) * inner + s)
+                term = select((ch >= 0) & (ch < C), v * v, zero)
+                squares = term if squares is None else squares + term
+            z = as_expr(bias, dt) + as_expr(alpha / size, dt) * squares
+            at = (n * C + c) * inner + s
+            kb.store_flat(y, at, x.flat(at) / _power(z, beta))
 
 
 def _power(z, beta):

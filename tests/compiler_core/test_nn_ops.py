@@ -285,8 +285,22 @@ def test_group_norm(opset):
 
 
 @pytest.mark.parametrize("beta", [0.75, 0.6])
-def test_lrn(beta):
-    _check("LRN", [("x", rand(1, 7, 5, 5))], {"size": 3, "alpha": 0.01, "beta": beta, "bias": 1.5})
+@pytest.mark.parametrize("size,shape", [(3, (1, 7, 5, 5)), (5, (2, 9, 4, 6)), (4, (1, 6, 3, 3)),
+                                        (5, (1, 2, 4, 4))])  # even windows; fewer channels
+def test_lrn(beta, size, shape):
+    attrs = {"size": size, "alpha": 0.01, "beta": beta, "bias": 1.5}
+    x = rand(*shape, low=-3, high=3)
+    if size % 2:
+        _check("LRN", [("x", x)], attrs)
+        return
+    # ONNX Runtime refuses an even window, and onnx's reference evaluator sums the window
+    # of channel c only for c below the batch size: the spec's formula in numpy
+    got = cc.compile(_model("LRN", [("x", x)], attrs)).run({"x": x})["y"]
+    lo, hi = (size - 1) // 2, size // 2
+    squares = np.stack([(x[:, max(0, c - lo):c + hi + 1] ** 2).sum(axis=1)
+                        for c in range(shape[1])], axis=1)
+    np.testing.assert_allclose(got, x / (1.5 + 0.01 / size * squares) ** beta, rtol=1e-5,
+                               atol=1e-6)
 
 
 # ---------------------------------------------------------------- a whole small CNN
