@@ -31,9 +31,10 @@ Pass = Callable[[Graph], Graph]
 PIPELINES: dict[str, list] = {
     "O0": [finalize_outputs, eliminate_dead_code, assign_schedules_for],
     "O1": [eliminate_dead_code, fold_batchnorm, use_packed_gemm, fuse_activation,
-           eliminate_common_subexpressions, fold_channel_shuffle, use_sparse_weights_for, finalize_outputs,
-           eliminate_dead_code, choose_blocked_layout_for, assign_schedules_for, use_winograd,
-           use_blocked_layout_for, pack_weights, add_conv_panels],
+           eliminate_common_subexpressions, fold_channel_shuffle, use_sparse_weights_for,
+           finalize_outputs, eliminate_dead_code, choose_blocked_layout_for,
+           assign_schedules_for, use_winograd, use_blocked_layout_for, pack_weights,
+           add_conv_panels],
 }
 PIPELINES["O2"] = PIPELINES["O1"] + [fuse_elementwise, fuse_epilogue, fuse_softmax,
                                      defer_softmax_division, fuse_attention]

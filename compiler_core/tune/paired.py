@@ -31,12 +31,11 @@ NOT_FASTER = "not clearly faster"  # the start of a rejection's reason
 def why_not_faster(candidate: Measurement, reference: Measurement, min_gain: float) -> str | None:
     """None when `candidate` beats `reference` by `min_gain` over their paired rounds, else
     the reason it does not (a measurement without rounds counts as one round)."""
-    ratios = _ratios(candidate, reference)
-    wins, needed = int((ratios < 1).sum()), math.ceil(WIN_SHARE * len(ratios))
-    median = float(np.median(ratios))
+    median, wins, rounds = _tally(candidate, reference)
+    needed = math.ceil(WIN_SHARE * rounds)
     if median <= 1 - min_gain and wins >= needed:
         return None
-    return (f"{NOT_FASTER}: {median:.3f} of the reference's time over {len(ratios)} rounds, "
+    return (f"{NOT_FASTER}: {median:.3f} of the reference's time over {rounds} rounds, "
             f"faster in {wins} (needs {1 - min_gain:.3f} or less and {needed} rounds)")
 
 
@@ -44,10 +43,8 @@ def more_rounds_could_decide(candidate: Measurement, reference: Measurement,
                              min_gain: float) -> bool:
     """Whether the candidate's median saves `min_gain` and it won at least half the rounds,
     though not the WIN_SHARE that why_not_faster asks for."""
-    ratios = _ratios(candidate, reference)
-    wins = int((ratios < 1).sum())
-    return (float(np.median(ratios)) <= 1 - min_gain and 2 * wins >= len(ratios)
-            and why_not_faster(candidate, reference, min_gain) is not None)
+    median, wins, rounds = _tally(candidate, reference)
+    return median <= 1 - min_gain and rounds <= 2 * wins and wins < math.ceil(WIN_SHARE * rounds)
 
 
 def pooled(first: Measurement, again: Measurement) -> Measurement:
@@ -59,10 +56,12 @@ def pooled(first: Measurement, again: Measurement) -> Measurement:
     return replace(first, seconds=float(np.median(rounds)), rounds=rounds, parts=parts)
 
 
-def _ratios(candidate: Measurement, reference: Measurement) -> np.ndarray:
-    """The candidate's time over the reference's in each round they share."""
+def _tally(candidate: Measurement, reference: Measurement) -> tuple[float, int, int]:
+    """(median, wins, rounds) of the candidate's time over the reference's in each round
+    they share: wins are the rounds where it was the faster."""
     mine, theirs = rounds_of(candidate), rounds_of(reference)
-    return np.array(mine[:len(theirs)]) / np.array(theirs[:len(mine)])
+    ratios = np.array(mine[:len(theirs)]) / np.array(theirs[:len(mine)])
+    return float(np.median(ratios)), int((ratios < 1).sum()), len(ratios)
 
 
 def rounds_of(m: Measurement) -> list[float]:
