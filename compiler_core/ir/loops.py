@@ -581,6 +581,27 @@ def transpose_lanes(kb, rows: list) -> list[Expr]:
     return vals
 
 
+def interleave_lanes(kb, vectors: list) -> list[Expr]:
+    """n vectors v_0 .. v_n-1 of L lanes (n a power of two up to L) laid out element by
+    element, v_0[0], v_1[0], .., v_0[1], ..: as n vectors of L lanes, in order. Zipping
+    v_j with v_j+n/2 lane by lane halves the problem: the low halves' zips interleave into
+    the first n/2 vectors of the answer, the high halves' into the rest (n/2 * log2(n) * 2
+    two-input shuffles). pick_lanes(..., stride=n, first=j) undoes it."""
+    n, lanes = len(vectors), vectors[0].lanes
+    if n & (n - 1) or n > lanes or any(v.lanes != lanes for v in vectors):
+        raise ValueError("interleave_lanes needs n vectors of L lanes, n a power of two <= L")
+    if n == 1:
+        return list(vectors)
+    half = n // 2
+    low_zip, high_zip = (tuple(base + t // 2 + (t % 2) * lanes for t in range(lanes))
+                         for base in (0, lanes // 2))
+    low, high = [], []
+    for a, b in zip(vectors[:half], vectors[half:]):
+        low.append(Get(kb.local(a.dtype, Shuffle(a, b, low_zip), "z", lanes)))
+        high.append(Get(kb.local(a.dtype, Shuffle(a, b, high_zip), "z", lanes)))
+    return interleave_lanes(kb, low) + interleave_lanes(kb, high)
+
+
 def pair_dot(a: Expr, b: Expr) -> Expr:
     """PairDot(a, b), checking its operands (int16 a with twice the lanes of int32 b)."""
     if a.dtype != np.int16 or b.dtype != INT32 or a.lanes != 2 * b.lanes:

@@ -243,3 +243,33 @@ def test_the_input_is_read_in_place_with_its_padding_as_zeros(padding, m, monkey
         for threads in (1, 2):
             assert_close(cc.load(d, threads=threads).run(feeds)["y"], expected,
                          f"{padding}, F({m}x{m}), {threads} threads")
+
+
+@pytest.mark.parametrize("target", ["native", "x86-64-v3"])
+@pytest.mark.parametrize("m,hw", [(4, (18, 71)), (2, (9, 37))])
+@pytest.mark.parametrize("epilogue", ["residual and Relu", "residual and SiLU"])
+def test_transforms_take_a_vector_of_tiles_at_a_time(m, hw, epilogue, target, monkeypatch):
+    """The transforms run over a vector's worth of a tile row's tiles at once: planes
+    wide enough for whole vectors of tiles on 16 and 8 lanes, a last vector partly
+    filled, the last tile cropped to its columns and the last tile row to its rows, and
+    the residual read back from the interleaved rows of y."""
+    h, w = hw
+    act = [helper.make_node("Relu", ["a"], ["y"])] if "Relu" in epilogue else \
+        [helper.make_node("Sigmoid", ["a"], ["s"]), helper.make_node("Mul", ["a", "s"], ["y"])]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "r"], ["a"]), *act]
+    model = make_model(nodes, [("x", F, (2, 24, h, w)), ("r", F, (2, 40, h, w))],
+                       [("y", F, (2, 40, h, w))],
+                       [("w", rand(40, 24, 3, 3, seed=1) / 12), ("b", rand(40, seed=2))])
+    feeds = {"x": rand(2, 24, h, w, seed=3), "r": rand(2, 40, h, w, seed=4)}
+    lanes = get_target(target).spec.vector_bits // 32
+    sched = winograd_schedule(conv_node(model), m, lanes, tile_rows=2)
+    monkeypatch.setitem(schedule.DEFAULTS, "Conv", lambda node, spec: sched)
+    art = cc.compile(model, target=target)
+    assert [k["op"] for k in art.meta["kernels"]] == ["WinogradConv"]
+    expected = ort_run(model, feeds)["y"]
+    with tempfile.TemporaryDirectory() as d:
+        art.save(d)
+        for threads in (1, 2):
+            assert_close(cc.load(d, threads=threads).run(feeds)["y"], expected,
+                         f"F({m}x{m}) on {target}, {threads} threads")
