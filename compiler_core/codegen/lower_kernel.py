@@ -295,8 +295,7 @@ class KernelLowering:
             if len(vals) % 2:
                 vals.append(ir.Constant(vals[0].type, None))
             vals = [self._concat(a, b) for a, b in zip(vals[::2], vals[1::2])]
-        picks = ir.Constant(ir.VectorType(I32, e.lanes),
-                            [e.first + k * e.stride for k in range(e.lanes)])
+        picks = ir.Constant(ir.VectorType(I32, e.lanes), list(e.picks))
         return self.b.shuffle_vector(vals[0], ir.Constant(vals[0].type, None), picks)
 
     def e_Shuffle(self, e: L.Shuffle):

@@ -312,12 +312,12 @@ class Extract(Expr):
 
 @dataclass(eq=False)
 class Pick(Expr):
-    """Every `stride`-th lane of `parts` laid end to end: lane t is lane t * stride of their
-    concatenation. A few shuffles once, where a strided load (VLoad.stride) shuffles each
-    load: the columns of a stride-2 row computed densely, then picked."""
+    """Lanes of `parts` laid end to end: lane t is lane picks[t] of their concatenation. A
+    few shuffles once, where a strided load (VLoad.stride) shuffles each load: the columns
+    of a stride-2 row computed densely, then picked (pick_lanes); rows of tiles laid out
+    element by element (interleave_lanes)."""
     parts: tuple
-    stride: int
-    first: int = 0  # lane t is lane first + t * stride
+    picks: tuple
 
     @property
     def dtype(self):
@@ -325,7 +325,7 @@ class Pick(Expr):
 
     @property
     def lanes(self):
-        return self.parts[0].lanes
+        return len(self.picks)
 
 
 @dataclass(eq=False)
@@ -558,7 +558,23 @@ def pick_lanes(parts: list, stride: int, first: int = 0) -> Expr:
     end to end."""
     if len(parts) * parts[0].lanes < first + (parts[0].lanes - 1) * stride + 1:
         raise ValueError(f"{len(parts)} vectors hold too few lanes to pick at stride {stride}")
-    return Pick(tuple(parts), stride, first) if stride > 1 or first else parts[0]
+    if stride == 1 and not first:
+        return parts[0]
+    return Pick(tuple(parts), tuple(first + t * stride for t in range(parts[0].lanes)))
+
+
+def interleave_lanes(vectors: list) -> list[Expr]:
+    """n vectors v_0 .. v_n-1 of L lanes laid out element by element (v_0[0], v_1[0], ..,
+    v_0[1], ..), as n vectors of L lanes in order: pick_lanes(..., stride=n, first=j)
+    undone."""
+    n, lanes = len(vectors), vectors[0].lanes
+    if any(v.lanes != lanes for v in vectors):
+        raise ValueError("interleave_lanes needs vectors of equal lanes")
+    if n == 1:
+        return list(vectors)
+    return [Pick(tuple(vectors), tuple((e % n) * lanes + e // n
+                                       for e in range(k * lanes, (k + 1) * lanes)))
+            for k in range(n)]
 
 
 def transpose_lanes(kb, rows: list) -> list[Expr]:
@@ -579,27 +595,6 @@ def transpose_lanes(kb, rows: list) -> list[Expr]:
             vals[i + s] = Get(kb.local(a.dtype, Shuffle(a, b, swap), "t", n))
         s //= 2
     return vals
-
-
-def interleave_lanes(kb, vectors: list) -> list[Expr]:
-    """n vectors v_0 .. v_n-1 of L lanes (n a power of two up to L) laid out element by
-    element, v_0[0], v_1[0], .., v_0[1], ..: as n vectors of L lanes, in order. Zipping
-    v_j with v_j+n/2 lane by lane halves the problem: the low halves' zips interleave into
-    the first n/2 vectors of the answer, the high halves' into the rest (n/2 * log2(n) * 2
-    two-input shuffles). pick_lanes(..., stride=n, first=j) undoes it."""
-    n, lanes = len(vectors), vectors[0].lanes
-    if n & (n - 1) or n > lanes or any(v.lanes != lanes for v in vectors):
-        raise ValueError("interleave_lanes needs n vectors of L lanes, n a power of two <= L")
-    if n == 1:
-        return list(vectors)
-    half = n // 2
-    low_zip, high_zip = (tuple(base + t // 2 + (t % 2) * lanes for t in range(lanes))
-                         for base in (0, lanes // 2))
-    low, high = [], []
-    for a, b in zip(vectors[:half], vectors[half:]):
-        low.append(Get(kb.local(a.dtype, Shuffle(a, b, low_zip), "z", lanes)))
-        high.append(Get(kb.local(a.dtype, Shuffle(a, b, high_zip), "z", lanes)))
-    return interleave_lanes(kb, low) + interleave_lanes(kb, high)
 
 
 def pair_dot(a: Expr, b: Expr) -> Expr:

@@ -288,7 +288,7 @@ def lower_winograd_conv(node, kb, ins, outs):
                 if not heavy:
                     values = [apply_activation(act, v) for v in values]
                 values = [Get(kb.local(dtype, v, "o", lanes)) for v in values]
-                for k, chunk in enumerate(interleave_lanes(kb, values)):
+                for k, chunk in enumerate(interleave_lanes(values)):
                     if valid[k]:
                         kb.store_flat(y, run + k * lanes, chunk,
                                       valid[k] if valid[k] < lanes else None)

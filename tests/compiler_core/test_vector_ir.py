@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 from compiler_core.codegen.standalone import KernelLibrary
-from compiler_core.ir.loops import (INT32, Get, KernelBuilder, broadcast, cast, pair_dot,
-                                    reduce_lanes, select)
+from compiler_core.ir.loops import (INT32, Get, KernelBuilder, broadcast, cast,
+                                    interleave_lanes, pair_dot, pick_lanes, reduce_lanes,
+                                    select)
 
 
 def _axpy_kernel(lanes):
@@ -154,3 +155,24 @@ def test_lane_masked_loads_read_only_their_lanes_wherever_the_others_point(lanes
     assert x.vec_lanes(0, (True,) * lanes).valid is None
     assert x.vec_lanes(0, (True,) * 3 + (False,) * (lanes - 3)).valid == 3
     assert x.vec_lanes(0, holes).mask == holes
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+@pytest.mark.parametrize("n", [2, 3, 4, 6])
+def test_interleave_lanes_lays_vectors_out_element_by_element(n, lanes):
+    """Rows of n vectors interleaved (a Winograd tile row's columns into a row of y), and
+    picked back apart at stride n."""
+    kb = KernelBuilder("interleave")
+    x, y = kb.buf("x", np.float32, (n, lanes)), kb.buf("y", np.float32, (2, n * lanes))
+    vectors = [x.vec(j * lanes, lanes) for j in range(n)]
+    chunks = interleave_lanes(vectors)
+    for k, chunk in enumerate(chunks):
+        kb.store_flat(y, k * lanes, chunk)
+    for j in range(n):
+        kb.store_flat(y, n * lanes + j * lanes, pick_lanes(chunks, n, j))
+    lib = KernelLibrary([kb.build()])
+    xv = np.arange(n * lanes, dtype=np.float32).reshape(n, lanes)
+    out = np.zeros((2, n * lanes), np.float32)
+    lib(0, xv, out)
+    np.testing.assert_array_equal(out[0], xv.T.ravel())
+    np.testing.assert_array_equal(out[1], xv.ravel())
