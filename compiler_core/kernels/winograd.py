@@ -279,15 +279,15 @@ def lower_winograd_conv(node, kb, ins, outs):
                 run = ((n * OC + oc) * OH + ty * m + i) * OW + tx0 * m
                 values = [_combine(at[j], [Get(q) for q in half[i]]) for j in range(m)]
                 if b_val is not None:
-                    values = [v + Get(b_val) for v in values]
+                    values = [value + Get(b_val) for value in values]
                 if residual is not None:
-                    chunks = [residual.vec(run + k * lanes, lanes, v) if v else
+                    chunks = [residual.vec(run + k * lanes, lanes, got) if got else
                               L.broadcast(0.0, lanes, dtype)
-                              for k, v in enumerate(valid)]
-                    values = [v + pick_lanes(chunks, m, j) for j, v in enumerate(values)]
+                              for k, got in enumerate(valid)]
+                    values = [value + pick_lanes(chunks, m, j) for j, value in enumerate(values)]
                 if not heavy:
-                    values = [apply_activation(act, v) for v in values]
-                values = [Get(kb.local(dtype, v, "o", lanes)) for v in values]
+                    values = [apply_activation(act, value) for value in values]
+                values = [Get(kb.local(dtype, value, "o", lanes)) for value in values]
                 for k, chunk in enumerate(interleave_lanes(values)):
                     if valid[k]:
                         kb.store_flat(y, run + k * lanes, chunk,
