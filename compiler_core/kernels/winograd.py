@@ -248,33 +248,18 @@ def lower_winograd_conv(node, kb, ins, outs):
         b_val = kb.local(dtype, bias[oc], "bias") if bias is not None else None
         lanes = kb.lanes(dtype)
 
-        def tile(r, tx, ty, valid_rows, valid_cols):
-            t = r * TW + tx
-            mv = [[kb.local(dtype, mbuf.flat(m_base(item) + (a * alpha + b) * m_step + oc * tc + t), "m")
-                   for b in range(alpha)] for a in range(alpha)]
-            half = [[kb.local(dtype, _combine(at[i], [Get(mv[a][b]) for a in range(alpha)]), "h")
-                     for b in range(alpha)] for i in range(valid_rows)]
-            for i in range(valid_rows):
-                for j in range(valid_cols):
-                    value = _combine(at[j], [Get(q) for q in half[i]])
-                    if b_val is not None:
-                        value = value + Get(b_val)
-                    at_y = ((n * OC + oc) * OH + ty * m + i) * OW + tx * m + j
-                    if residual is not None:
-                        value = value + residual.flat(at_y)
-                    kb.store_flat(y, at_y, value if heavy else apply_activation(act, value))
-
-        def tile_group(r, tx0, ty, valid_rows, count):
-            """Tiles tx0 .. tx0 + count - 1 of a tile row (whole ones), one per lane: M's
-            values load as vectors, and each output row's m vectors (column j of every
-            tile) interleave into the row's run of y."""
+        def tile_group(r, tx0, ty, valid_rows, count, width):
+            """Tiles tx0 .. tx0 + count - 1 of a tile row, one per lane: M's values load as
+            vectors, and each output row's m vectors (column j of every tile) interleave
+            into the row's run of y, `width` columns (the last tile of a row may be cut
+            short: its lane's other columns are not stored)."""
             t0 = r * TW + tx0
             mv = [[kb.local(dtype, mbuf.vec(m_base(item) + (a * alpha + b) * m_step + oc * tc + t0,
                                             lanes, count), "m", lanes)
                    for b in range(alpha)] for a in range(alpha)]
             half = [[kb.local(dtype, _combine(at[i], [Get(mv[a][b]) for a in range(alpha)]), "h",
                               lanes) for b in range(alpha)] for i in range(valid_rows)]
-            valid = [min(max(m * count - k * lanes, 0), lanes) for k in range(m)]
+            valid = [min(max(width - k * lanes, 0), lanes) for k in range(m)]
             for i in range(valid_rows):
                 run = ((n * OC + oc) * OH + ty * m + i) * OW + tx0 * m
                 values = [_combine(at[j], [Get(q) for q in half[i]]) for j in range(m)]
@@ -294,14 +279,13 @@ def lower_winograd_conv(node, kb, ins, outs):
                                       valid[k] if valid[k] < lanes else None)
 
         def tile_row(r, ty, valid_rows):
-            groups, rest = divmod(OW // m, lanes)
+            groups = (OW // m) // lanes  # vectors of whole tiles; the rest end the row
             if groups:
                 with kb.loop(groups, name="tg") as g:
-                    tile_group(r, g * lanes, ty, valid_rows, lanes)
-            if rest:
-                tile_group(r, as_expr(groups * lanes), ty, valid_rows, rest)
-            if OW % m:
-                tile(r, as_expr(OW // m), ty, valid_rows, OW % m)
+                    tile_group(r, g * lanes, ty, valid_rows, lanes, lanes * m)
+            if groups * lanes < TW:
+                tile_group(r, as_expr(groups * lanes), ty, valid_rows, TW - groups * lanes,
+                           OW - groups * lanes * m)
 
         with kb.loop(tile_rows, name="r") as r:
             ty = chunk * tile_rows + r
