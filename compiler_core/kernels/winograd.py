@@ -254,11 +254,13 @@ def lower_winograd_conv(node, kb, ins, outs):
             into the row's run of y, `width` columns (the last tile of a row may be cut
             short: its lane's other columns are not stored)."""
             t0 = r * TW + tx0
-            mv = [[kb.local(dtype, mbuf.vec(m_base(item) + (a * alpha + b) * m_step + oc * tc + t0,
-                                            lanes, count), "m", lanes)
-                   for b in range(alpha)] for a in range(alpha)]
-            half = [[kb.local(dtype, _combine(at[i], [Get(mv[a][b]) for a in range(alpha)]), "h",
-                              lanes) for b in range(alpha)] for i in range(valid_rows)]
+            half = [[None] * alpha for _ in range(valid_rows)]
+            for b in range(alpha):  # a column of M at a time: fewer vectors live at once
+                column = [Get(kb.local(dtype, mbuf.vec(m_base(item) + (a * alpha + b) * m_step
+                                                       + oc * tc + t0, lanes, count), "m", lanes))
+                          for a in range(alpha)]
+                for i in range(valid_rows):
+                    half[i][b] = kb.local(dtype, _combine(at[i], column), "h", lanes)
             valid = [min(max(width - k * lanes, 0), lanes) for k in range(m)]
             for i in range(valid_rows):
                 run = ((n * OC + oc) * OH + ty * m + i) * OW + tx0 * m
