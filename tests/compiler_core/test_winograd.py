@@ -234,15 +234,21 @@ def test_the_input_is_read_in_place_with_its_padding_as_zeros(padding, m, monkey
                        [("w", rand(40, 24, 3, 3, seed=1)), ("b", rand(40, seed=2))])
     feeds = feeds_for(model)
     sched = winograd_schedule(conv_node(model), m, 8, tile_rows=3)
+    _check_alone_against_onnxruntime(model, feeds, sched, monkeypatch, f"{padding}, F({m}x{m})")
+
+
+def _check_alone_against_onnxruntime(model, feeds, sched, monkeypatch, label, target="native"):
+    """The model compiled with `sched` for its conv, one WinogradConv kernel and nothing
+    else (its input read in place), run at 1 and 2 threads against ONNX Runtime."""
     monkeypatch.setitem(schedule.DEFAULTS, "Conv", lambda node, spec: sched)
-    art = cc.compile(model)
+    art = cc.compile(model, target=target)
     assert [k["op"] for k in art.meta["kernels"]] == ["WinogradConv"]
     expected = ort_run(model, feeds)["y"]
     with tempfile.TemporaryDirectory() as d:
         art.save(d)
         for threads in (1, 2):
             assert_close(cc.load(d, threads=threads).run(feeds)["y"], expected,
-                         f"{padding}, F({m}x{m}), {threads} threads")
+                         f"{label}, {threads} threads")
 
 
 @pytest.mark.parametrize("target", ["native", "x86-64-v3"])
@@ -264,12 +270,5 @@ def test_transforms_take_a_vector_of_tiles_at_a_time(m, hw, epilogue, target, mo
     feeds = {"x": rand(2, 24, h, w, seed=3), "r": rand(2, 40, h, w, seed=4)}
     lanes = get_target(target).spec.vector_bits // 32
     sched = winograd_schedule(conv_node(model), m, lanes, tile_rows=2)
-    monkeypatch.setitem(schedule.DEFAULTS, "Conv", lambda node, spec: sched)
-    art = cc.compile(model, target=target)
-    assert [k["op"] for k in art.meta["kernels"]] == ["WinogradConv"]
-    expected = ort_run(model, feeds)["y"]
-    with tempfile.TemporaryDirectory() as d:
-        art.save(d)
-        for threads in (1, 2):
-            assert_close(cc.load(d, threads=threads).run(feeds)["y"], expected,
-                         f"F({m}x{m}) on {target}, {threads} threads")
+    _check_alone_against_onnxruntime(model, feeds, sched, monkeypatch, f"F({m}x{m}) on {target}",
+                                     target)
