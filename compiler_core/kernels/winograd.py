@@ -20,8 +20,9 @@ M stay in cache between phases, and items are the parallel loop):
      lines: position_stride);
   2. 36 GEMMs with kernels/matmul.emit_gemm (A = U_e packed like conv weights);
   3. output transform A^T m A, a vector's worth of a tile row's tiles at once, through
-     the conv's epilogue (bias, residual, activation), only for outputs that exist (edge
-     tiles are cropped statically).
+     the conv's epilogue (bias, residual, activation), only for outputs that exist (the
+     last tile row's rows cropped statically, a row's last tile's columns masked off at
+     the store).
 The transforms took a tile at a time in scalar code, which LLVM did not vectorize (a
 tile's columns are m apart in the rows it reads and writes): by vectors of tiles, whose
 lanes are picked from and interleaved into the rows by shuffles, AMD EPYC (LLVM: znver4),
