@@ -200,18 +200,14 @@ def lower_winograd_conv(node, kb, ins, outs):
             picked (lane k holds column tx0 * m + k * m + s)."""
             t0 = r * TW + tx0
             need = count * m + alpha - m  # the elements the group's tiles read, per row
-            valid = [min(max(need - k * lanes, 0), lanes) for k in range(m + 1)]
             for a in range(alpha):
-                start = r_base + a * Wq + tx0 * m
-                chunks = [Get(kb.local(dtype, rows.vec(start + k * lanes, lanes,
-                                                       got if got < lanes else None), "d", lanes))
-                          if got else L.broadcast(0.0, lanes, dtype)
-                          for k, got in enumerate(valid)]
+                chunks = [Get(kb.local(dtype, chunk, "d", lanes)) for chunk in
+                          _run_vectors(rows, r_base + a * Wq + tx0 * m, need, lanes, m + 1)]
                 d = [Get(kb.local(dtype, pick_lanes(chunks, m, s), "d", lanes))
                      for s in range(alpha)]
                 for b in range(alpha):
                     kb.store_flat(v, v_base(item) + (a * alpha + b) * v_step + c * tc + t0,
-                                  _combine(bt[b], d), count if count < lanes else None)
+                                  _combine(bt[b], d), count)
 
         with kb.loop(tile_rows, name="r") as r:
             top = (chunk * tile_rows + r) * m - pt  # the input row of the patches' first row
@@ -262,24 +258,21 @@ def lower_winograd_conv(node, kb, ins, outs):
                           for a in range(alpha)]
                 for i in range(valid_rows):
                     half[i][b] = kb.local(dtype, _combine(at[i], column), "h", lanes)
-            valid = [min(max(width - k * lanes, 0), lanes) for k in range(m)]
+            valid = _run_lanes(width, lanes, m)
             for i in range(valid_rows):
                 run = ((n * OC + oc) * OH + ty * m + i) * OW + tx0 * m
                 values = [_combine(at[j], [Get(q) for q in half[i]]) for j in range(m)]
                 if b_val is not None:
                     values = [value + Get(b_val) for value in values]
                 if residual is not None:
-                    chunks = [residual.vec(run + k * lanes, lanes, got) if got else
-                              L.broadcast(0.0, lanes, dtype)
-                              for k, got in enumerate(valid)]
+                    chunks = _run_vectors(residual, run, width, lanes, m)
                     values = [value + pick_lanes(chunks, m, j) for j, value in enumerate(values)]
                 if not heavy:
                     values = [apply_activation(act, value) for value in values]
                 values = [Get(kb.local(dtype, value, "o", lanes)) for value in values]
                 for k, chunk in enumerate(interleave_lanes(values)):
                     if valid[k]:
-                        kb.store_flat(y, run + k * lanes, chunk,
-                                      valid[k] if valid[k] < lanes else None)
+                        kb.store_flat(y, run + k * lanes, chunk, valid[k])
 
         def tile_row(r, ty, valid_rows):
             groups = (OW // m) // lanes  # vectors of whole tiles; the rest end the row
@@ -326,6 +319,18 @@ def lower_winograd_conv(node, kb, ins, outs):
             gemm(item, e)
         with kb.loop(OC, name="oc") as oc:
             output_transform(item, oc)
+
+
+def _run_lanes(width: int, lanes: int, count: int) -> list[int]:
+    """The elements of a run of `width` that fall in each of `count` vectors of `lanes`."""
+    return [min(max(width - k * lanes, 0), lanes) for k in range(count)]
+
+
+def _run_vectors(buf, start, width: int, lanes: int, count: int) -> list:
+    """A run of `width` elements of buf from `start` as `count` vectors: lanes past the run
+    read as 0, and a vector wholly past it is 0 without a load."""
+    return [buf.vec(start + k * lanes, lanes, got) if got else L.broadcast(0.0, lanes, buf.dtype)
+            for k, got in enumerate(_run_lanes(width, lanes, count))]
 
 
 LINE = CACHE_LINE // 4  # elements of V and M (float32) per cache line
